@@ -1,0 +1,1 @@
+# The `slipway` command.

@@ -1,0 +1,2 @@
+# Container runtime sources: namespaces, mounts, pivot_root.
+target_sources(slipway_launcher PRIVATE)

@@ -1,0 +1,16 @@
+// Shared main() for Check unit tests: runs one suite and exits 0 only when every test passed.
+// Each test file defines `Suite* make_suite(void)` and includes this header once.
+#pragma once
+
+#include <check.h>
+#include <stdlib.h>
+
+Suite* make_suite(void);
+
+int main(void) {
+  SRunner* runner = srunner_create(make_suite());
+  srunner_run_all(runner, CK_NORMAL);
+  int failed = srunner_ntests_failed(runner);
+  srunner_free(runner);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
