@@ -1,0 +1,200 @@
+// enter_container(): the calling process becomes the container's first process. The steps, in order:
+// 1. a new user namespace with a one-id map (the job's uid/gid, or 0 with remap_root) and a new mount
+//    namespace (unshare(2)); one mapped id is enough because the image files were unpacked by the
+//    user and so are owned by that one id (charliecloud's reasoning, user_namespaces(7));
+// 2. the root: an overlay of the cached image under a tmpfs upper, so mount points can be created and
+//    writes never reach the cache; then /dev, /proc, /sys, /tmp, the binds, the host files;
+// 3. pivot_root(".", ".") then a lazy unmount of the old root (pivot_root(2), "NOTES").
+#include "runtime/container.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+
+#include "runtime/mounts.h"
+
+namespace slipway::launcher {
+namespace {
+
+Status write_proc_file(const char* path, const std::string& data) {
+  UniqueFd fd(open(path, O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::from_errno(std::string("open ") + path, errno);
+  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
+    return Status::from_errno(std::string("write ") + path, errno);
+  return Status();
+}
+
+Status enter_namespaces(const LaunchSpec& spec) {
+  // slurmstepd set our uid, which cleared the dumpable flag and left /proc/self/uid_map owned by
+  // root; make it ours again (execve(2) resets the flag before the user's program runs).
+  SLIPWAY_SYS(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)");
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) == -1) {
+    int e = errno;
+    return Status::error(std::string("cannot create a user namespace: ") + strerror(e) +
+                             (e == ENOSPC || e == EPERM
+                                  ? "; unprivileged user namespaces are off on this node (sysctl "
+                                    "user.max_user_namespaces, kernel.unprivileged_userns_clone); "
+                                    "run 'slipway doctor'"
+                                  : ""),
+                         e);
+  }
+  const uid_t inner_uid = spec.remap_root ? 0 : spec.uid;
+  const gid_t inner_gid = spec.remap_root ? 0 : spec.gid;
+  // An unprivileged writer must deny setgroups(2) before it may write gid_map.
+  SLIPWAY_TRY(write_proc_file("/proc/self/setgroups", "deny"));
+  SLIPWAY_TRY(write_proc_file("/proc/self/uid_map",
+                              std::to_string(inner_uid) + " " + std::to_string(spec.uid) + " 1\n"));
+  SLIPWAY_TRY(write_proc_file("/proc/self/gid_map",
+                              std::to_string(inner_gid) + " " + std::to_string(spec.gid) + " 1\n"));
+  // Nothing we mount may propagate back to the node, and pivot_root refuses shared mounts.
+  SLIPWAY_SYS(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), "make / private");
+  return Status();
+}
+
+bool has_overlay_special_chars(const std::string& p) {
+  return p.find_first_of(",:\\") != std::string::npos;
+}
+
+// tmpfs on the scratch dir, holding the overlay's upper and work dirs and its mount point.
+Result<std::string> mount_overlay_root(const LaunchSpec& spec) {
+  if (has_overlay_special_chars(spec.rootfs) || has_overlay_special_chars(spec.scratch_dir))
+    return Status::error("image path '" + spec.rootfs + "' contains ',', ':' or '\\'; set a plain "
+                         "cache directory", EINVAL);
+  const std::string& s = spec.scratch_dir;
+  SLIPWAY_SYS(mount("slipway", s.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"),
+              "mount tmpfs on " + s);
+  for (const char* d : {"/upper", "/work", "/root"})
+    SLIPWAY_SYS(mkdir((s + d).c_str(), 0755), "mkdir " + s + d);
+  std::string opts = "lowerdir=" + spec.rootfs + ",upperdir=" + s + "/upper,workdir=" + s + "/work";
+  const std::string root = s + "/root";
+  // userxattr: keep overlay metadata in user.* xattrs, the only ones a user namespace may write
+  // (Documentation/filesystems/overlayfs.rst); older kernels without it get the plain options.
+  if (mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, (opts + ",userxattr").c_str()))
+    SLIPWAY_SYS(mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, opts.c_str()),
+                "mount the image overlay (kernel >= 5.11 needed for overlayfs in a user namespace)");
+  return root;
+}
+
+Status bind_at(int root_fd, const std::string& source, const std::string& dest, BindFlags flags) {
+  struct stat st;
+  SLIPWAY_SYS(stat(source.c_str(), &st), "bind " + source + " to " + dest);
+  auto kind = S_ISDIR(st.st_mode) ? NodeKind::kDirectory : NodeKind::kFile;
+  auto point = make_mount_point(root_fd, dest, kind);
+  SLIPWAY_TRY(point);
+  return bind_onto(source, point->get(), flags, source + " to " + dest);
+}
+
+constexpr std::array kDeviceNodes = {"null", "zero", "full", "random", "urandom", "tty"};
+constexpr std::array<std::array<const char*, 2>, 5> kDevLinks = {{{"fd", "/proc/self/fd"},
+                                                                  {"stdin", "/proc/self/fd/0"},
+                                                                  {"stdout", "/proc/self/fd/1"},
+                                                                  {"stderr", "/proc/self/fd/2"},
+                                                                  {"ptmx", "pts/ptmx"}}};
+
+// A fresh /dev holding only the harmless device nodes (bound from the host: a tmpfs made in a user
+// namespace cannot hold usable device nodes), shared memory and ptys.
+Status mount_dev(int root_fd) {
+  auto dev = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
+  SLIPWAY_TRY(dev);
+  SLIPWAY_SYS(mount("tmpfs", fd_path(dev->get()).c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC,
+                    "mode=0755,size=64k"),
+              "mount tmpfs on /dev");
+  for (const char* node : kDeviceNodes) {
+    std::string host = std::string("/dev/") + node;
+    if (access(host.c_str(), F_OK) != 0) continue;
+    SLIPWAY_TRY(bind_at(root_fd, host, host, {.recursive = false, .allow_devices = true}));
+  }
+  SLIPWAY_TRY(bind_at(root_fd, "/dev/shm", "/dev/shm", {.recursive = false}));
+  SLIPWAY_TRY(bind_at(root_fd, "/dev/pts", "/dev/pts", {.recursive = false, .allow_devices = true}));
+  // dev->get() names the mount point under the tmpfs; resolve again to land on the tmpfs itself.
+  auto top = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
+  SLIPWAY_TRY(top);
+  UniqueFd topdir(openat(top->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!topdir.valid()) return Status::from_errno("open /dev in container", errno);
+  for (const auto& link : kDevLinks)
+    SLIPWAY_SYS(symlinkat(link[1], topdir.get(), link[0]), std::string("symlink /dev/") + link[0]);
+  return Status();
+}
+
+Status mount_system(int root_fd) {
+  SLIPWAY_TRY(mount_dev(root_fd));
+  // A fresh procfs needs a PID namespace of our own; the tasks of a step share the node's, so the
+  // host's /proc is bound (as charliecloud does).
+  SLIPWAY_TRY(bind_at(root_fd, "/proc", "/proc", {.recursive = true}));
+  SLIPWAY_TRY(bind_at(root_fd, "/sys", "/sys", {.recursive = true, .read_only = true}));
+  SLIPWAY_TRY(bind_at(root_fd, "/tmp", "/tmp", {.recursive = true}));
+  return Status();
+}
+
+Status mount_binds(int root_fd, const LaunchSpec& spec) {
+  for (const auto& b : spec.binds) {
+    if (b.optional && access(b.source.c_str(), F_OK) != 0) continue;
+    SLIPWAY_TRY(bind_at(root_fd, b.source, b.destination,
+                        {.recursive = b.recursive, .read_only = b.read_only}));
+  }
+  for (const auto& f : spec.host_files) {
+    if (access(f.c_str(), R_OK) != 0) continue;
+    SLIPWAY_TRY(bind_at(root_fd, f, f, {.recursive = false, .read_only = true}));
+  }
+  return Status();
+}
+
+Status pivot_into(const std::string& root, const LaunchSpec& spec) {
+  SLIPWAY_SYS(chdir(root.c_str()), "chdir " + root);
+  // pivot_root(".", ".") stacks the old root on top of the new one; unmounting "." then removes the
+  // old root and leaves the new one (pivot_root(2), NOTES). No directory in the image is needed.
+  SLIPWAY_SYS(static_cast<int>(syscall(SYS_pivot_root, ".", ".")), "pivot_root into the image");
+  SLIPWAY_SYS(umount2(".", MNT_DETACH), "detach the host root");
+  SLIPWAY_SYS(chdir("/"), "chdir /");
+  const std::string& wd = spec.workdir.empty() ? std::string("/") : spec.workdir;
+  if (chdir(wd.c_str()) == -1)
+    return Status::error("working directory '" + wd + "' does not exist in the container: " +
+                             strerror(errno) + "; check --container-workdir",
+                         errno);
+  return Status();
+}
+
+}  // namespace
+
+Status enter_container(const LaunchSpec& spec) {
+  if (spec.rootfs.empty() || spec.rootfs[0] != '/' || spec.scratch_dir.empty())
+    return Status::error("container spec needs an absolute rootfs and a scratch directory", EINVAL);
+  SLIPWAY_TRY(enter_namespaces(spec));
+  auto root = mount_overlay_root(spec);
+  SLIPWAY_TRY(root);
+  UniqueFd root_fd(open(root->c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd.valid()) return Status::from_errno("open " + *root, errno);
+  SLIPWAY_TRY(mount_system(root_fd.get()));
+  SLIPWAY_TRY(mount_binds(root_fd.get(), spec));
+  if (!spec.writable) {
+    // Read-only root (submounts keep their own flags): only the overlay mount itself.
+    struct mount_attr attr = {};
+    attr.attr_set = MOUNT_ATTR_RDONLY;
+    SLIPWAY_SYS(mount_setattr(root_fd.get(), "", AT_EMPTY_PATH, &attr, sizeof attr),
+                "make the container root read-only");
+  }
+  return pivot_into(*root, spec);
+}
+
+bool is_inside_root(int root_fd, const std::string& path) {
+  struct open_how how = {};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  std::string rel = path;
+  while (!rel.empty() && rel[0] == '/') rel.erase(0, 1);
+  if (rel.empty()) rel = ".";
+  int fd = static_cast<int>(syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how));
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+}  // namespace slipway::launcher

@@ -1,0 +1,34 @@
+// LaunchSpec: everything the runtime needs to put a process into a container, as plain data.
+// The SPANK plugin and the `slipway` command fill it from their options; the runtime knows nothing of
+// Slurm (style.md: launcher/ takes a plain LaunchSpec).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace slipway::launcher {
+
+// One bind mount from the host into the container.
+struct Bind {
+  std::string source;       // absolute host path
+  std::string destination;  // absolute path inside the container
+  bool read_only = false;
+  bool recursive = true;    // MS_REC: also bind the mounts below source
+  bool optional = false;    // skip quietly when the source does not exist
+};
+
+struct LaunchSpec {
+  std::string rootfs;       // the unpacked image (never modified: an overlay sits on top)
+  std::string scratch_dir;  // an existing directory owned by the user, used as a private mount point
+  uid_t uid = 0;            // the job user outside
+  gid_t gid = 0;
+  bool remap_root = false;  // map the user to 0 inside (--container-remap-root)
+  bool writable = false;    // keep the overlay writable (tmpfs upper, thrown away at exit)
+  std::vector<Bind> binds;  // applied in order, after /dev, /proc, /sys
+  std::string workdir;      // chdir target inside; empty: "/"
+  std::vector<std::string> host_files;  // files copied from the host if present (/etc/hosts, ...)
+};
+
+}  // namespace slipway::launcher

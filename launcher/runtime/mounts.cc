@@ -1,0 +1,104 @@
+// Mount helpers (see mounts.h). Every path inside the container root is resolved with openat2(2)
+// RESOLVE_IN_ROOT so that a symlink planted in the image ("/home -> /etc") resolves inside the root
+// instead of escaping to the host, and mounts target the resolved inode through /proc/self/fd.
+#include "runtime/mounts.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <string_view>
+#include <vector>
+
+namespace slipway::launcher {
+namespace {
+
+int openat2_in_root(int root_fd, const std::string& rel, int flags) {
+  struct open_how how = {};
+  how.flags = static_cast<unsigned long long>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how));
+}
+
+// Splits "/a//b/c/" into "a", "b", "c"; rejects "..", which could only mean climbing out.
+Result<std::vector<std::string>> components(const std::string& path) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    std::string_view c(path.data() + i, j - i);
+    if (c == "..") return Status::error("path '" + path + "' contains '..'", EINVAL);
+    if (!c.empty() && c != ".") out.emplace_back(c);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+Result<UniqueFd> make_mount_point(int root_fd, const std::string& path, NodeKind kind) {
+  auto parts = components(path);
+  SLIPWAY_TRY(parts);
+  if (parts->empty()) {
+    UniqueFd fd(openat2_in_root(root_fd, ".", O_PATH | O_DIRECTORY));
+    if (!fd.valid()) return Status::from_errno("open container root", errno);
+    return fd;
+  }
+  std::string rel;
+  for (size_t k = 0; k < parts->size(); ++k) {
+    const bool last = k + 1 == parts->size();
+    std::string next = rel.empty() ? (*parts)[k] : rel + "/" + (*parts)[k];
+    UniqueFd fd(openat2_in_root(root_fd, next, O_PATH));
+    if (!fd.valid() && errno == ENOENT) {
+      // Create it inside the (already resolved, hence inside-root) parent.
+      UniqueFd parent(openat2_in_root(root_fd, rel.empty() ? "." : rel, O_PATH | O_DIRECTORY));
+      if (!parent.valid()) return Status::from_errno("open '" + rel + "' in container", errno);
+      int rc;
+      if (last && kind == NodeKind::kFile) {
+        // O_PATH fds cannot create: reopen the parent as a directory for openat(O_CREAT).
+        UniqueFd dir(openat(parent.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        rc = dir.valid() ? openat(dir.get(), (*parts)[k].c_str(),
+                                  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)
+                         : -1;
+        if (rc >= 0) ::close(rc);
+      } else {
+        UniqueFd dir(openat(parent.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        rc = dir.valid() ? mkdirat(dir.get(), (*parts)[k].c_str(), 0755) : -1;
+      }
+      if (rc < 0 && errno != EEXIST)
+        return Status::from_errno("create mount point '/" + next + "' in container", errno);
+      fd.reset(openat2_in_root(root_fd, next, O_PATH));
+    }
+    if (!fd.valid()) return Status::from_errno("open '/" + next + "' in container", errno);
+    if (last) return fd;
+    rel = std::move(next);
+  }
+  return Status::error("unreachable", EINVAL);
+}
+
+Status bind_onto(const std::string& source, int target_fd, BindFlags flags, const std::string& what) {
+  const bool recursive = flags.recursive, read_only = flags.read_only;
+  // A detached copy of the source tree (open_tree(2)), its flags set while nobody can see it, then
+  // attached at the exact inode target_fd names (move_mount(2)): no path is looked up twice.
+  unsigned int clone_flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
+  UniqueFd tree(open_tree(AT_FDCWD, source.c_str(), clone_flags));
+  if (!tree.valid()) return Status::from_errno("bind " + what + ": open " + source, errno);
+  struct mount_attr attr = {};
+  attr.attr_set = MOUNT_ATTR_NOSUID | (flags.allow_devices ? 0 : MOUNT_ATTR_NODEV) |
+                  (read_only ? MOUNT_ATTR_RDONLY : 0);
+  SLIPWAY_SYS(mount_setattr(tree.get(), "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr,
+                            sizeof attr),
+              "bind " + what + ": set mount flags");
+  SLIPWAY_SYS(move_mount(tree.get(), "", target_fd, "",
+                         MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+              "bind " + what);
+  return Status();
+}
+
+}  // namespace slipway::launcher

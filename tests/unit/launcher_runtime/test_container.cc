@@ -1,0 +1,204 @@
+// Tests for enter_container(): a forked child, dropped to an unprivileged uid as a job's task is,
+// enters a tiny busybox rootfs and checks what it sees. Label: userns (skipped, code 77, where
+// unprivileged user namespaces are off).
+#include <fcntl.h>
+#include <sched.h>
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "check_main.h"
+#include "runtime/container.h"
+
+using slipway::launcher::LaunchSpec;
+
+namespace {
+
+constexpr uid_t kUser = 65534;  // nobody: a real job's task is never root
+std::string g_base;
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream(path) << data;
+}
+
+std::string read_link(const char* p) {
+  char buf[256];
+  ssize_t n = readlink(p, buf, sizeof buf - 1);
+  return n < 0 ? "" : std::string(buf, static_cast<size_t>(n));
+}
+
+// Builds BASE/rootfs (busybox + marker) and BASE/scratch owned by kUser, like the node cache does.
+void setup(void) {
+  char tmpl[] = "/tmp/slw-container-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(tmpl));
+  g_base = tmpl;
+  chmod(tmpl, 0755);
+  for (const char* d : {"/rootfs", "/rootfs/bin", "/rootfs/etc", "/scratch", "/work"})
+    ck_assert_int_eq(mkdir((g_base + d).c_str(), 0755), 0);
+  std::string cmd = "cp /bin/busybox " + g_base + "/rootfs/bin/busybox";
+  ck_assert_int_eq(system(cmd.c_str()), 0);
+  write_file(g_base + "/rootfs/etc/slipway-image", "test\n");
+  for (const char* d : {"", "/rootfs", "/rootfs/bin", "/rootfs/etc", "/rootfs/etc/slipway-image",
+                        "/rootfs/bin/busybox", "/scratch", "/work"})
+    ck_assert_int_eq(lchown((g_base + d).c_str(), kUser, kUser), 0);
+}
+
+void teardown(void) {
+  std::string cmd = "rm -rf " + g_base;
+  (void)!system(cmd.c_str());
+}
+
+LaunchSpec spec_for_user() {
+  LaunchSpec s;
+  s.rootfs = g_base + "/rootfs";
+  s.scratch_dir = g_base + "/scratch";
+  s.uid = kUser;
+  s.gid = kUser;
+  s.binds.push_back({.source = g_base + "/work", .destination = "/data/work"});
+  s.workdir = "/data/work";
+  return s;
+}
+
+// Runs `body` in a child that has dropped to kUser and entered the container; returns its exit code
+// (0 = every check held, 77 = user namespaces unavailable, else the failing check's number).
+template <class F>
+int in_container(const LaunchSpec& spec, F body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgroups(0, nullptr) || setgid(kUser) || setuid(kUser))) _exit(90);
+    auto st = slipway::launcher::enter_container(spec);
+    if (!st.ok()) {
+      fprintf(stderr, "enter_container: %s\n", st.message().c_str());
+      _exit(st.error_number() == EPERM || st.error_number() == ENOSPC ? 77 : 91);
+    }
+    _exit(body());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int expect_rc(int rc) { return rc; }
+
+// Whether an unprivileged process may create a user namespace here; if not, the whole executable
+// reports "skipped" to CTest (exit 77) instead of failing or passing.
+bool userns_available() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgroups(0, nullptr) || setgid(kUser) || setuid(kUser))) _exit(2);
+    _exit(unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
+START_TEST(sees_the_image_and_not_the_host) {
+  std::string host_mnt = read_link("/proc/self/ns/mnt");
+  int rc = in_container(spec_for_user(), [&] {
+    if (access("/etc/slipway-image", R_OK) != 0) return 1;
+    if (access("/bin/busybox", X_OK) != 0) return 2;
+    if (access("/usr/sbin/slurmd", F_OK) == 0 || access("/usr/bin/cmake", F_OK) == 0) return 3;
+    if (read_link("/proc/self/ns/mnt") == host_mnt) return 4;
+    if (getuid() != kUser) return 5;
+    char cwd[256];
+    if (!getcwd(cwd, sizeof cwd) || std::string(cwd) != "/data/work") return 6;
+    int fd = open("/dev/null", O_WRONLY);
+    if (fd < 0 || write(fd, "x", 1) != 1) return 7;
+    close(fd);
+    if (access("/proc/self/status", R_OK) != 0 || access("/sys/kernel", F_OK) != 0) return 8;
+    if (access("/tmp", W_OK) != 0) return 9;
+    return 0;
+  });
+  ck_assert_int_eq(expect_rc(rc), 0);
+}
+END_TEST
+
+START_TEST(root_is_read_only_and_binds_are_writable) {
+  int rc = in_container(spec_for_user(), [] {
+    int fd = open("/newfile", O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0 || errno != EROFS) return 1;
+    fd = open("/data/work/out", O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) return 2;
+    close(fd);
+    // nosuid,nodev on binds: a device node there would be inert.
+    return 0;
+  });
+  ck_assert_int_eq(expect_rc(rc), 0);
+  ck_assert_int_eq(access((g_base + "/work/out").c_str(), F_OK), 0);
+}
+END_TEST
+
+START_TEST(writable_overlay_never_reaches_the_image) {
+  LaunchSpec s = spec_for_user();
+  s.writable = true;
+  int rc = in_container(s, [] {
+    int fd = open("/etc/slipway-image", O_WRONLY | O_TRUNC);
+    if (fd < 0 || write(fd, "changed", 7) != 7) return 1;
+    close(fd);
+    return mkdir("/newdir", 0755) == 0 ? 0 : 2;
+  });
+  ck_assert_int_eq(expect_rc(rc), 0);
+  std::ifstream in(g_base + "/rootfs/etc/slipway-image");
+  std::string line;
+  std::getline(in, line);
+  ck_assert_str_eq(line.c_str(), "test");
+  ck_assert_int_ne(access((g_base + "/rootfs/newdir").c_str(), F_OK), 0);
+}
+END_TEST
+
+START_TEST(remap_root_maps_the_user_to_zero) {
+  LaunchSpec s = spec_for_user();
+  s.remap_root = true;
+  int rc = in_container(s, [] {
+    struct stat st;
+    if (getuid() != 0 || stat("/etc/slipway-image", &st) != 0) return 1;
+    return st.st_uid == 0 ? 0 : 2;  // the user's files appear as root's
+  });
+  ck_assert_int_eq(expect_rc(rc), 0);
+}
+END_TEST
+
+START_TEST(missing_workdir_is_a_clear_error) {
+  LaunchSpec s = spec_for_user();
+  s.workdir = "/no/such/dir";
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgroups(0, nullptr) || setgid(kUser) || setuid(kUser))) _exit(90);
+    auto st = slipway::launcher::enter_container(s);
+    if (st.ok()) _exit(1);
+    if (st.error_number() == EPERM && st.message().find("user namespace") != std::string::npos)
+      _exit(77);
+    _exit(st.message().find("working directory '/no/such/dir'") == 0 ? 0 : 2);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ck_assert_int_eq(expect_rc(WEXITSTATUS(status)), 0);
+}
+END_TEST
+
+Suite* make_suite(void) {
+  if (!userns_available()) {
+    printf("SKIPPED: unprivileged user namespaces are not available (user.max_user_namespaces)\n");
+    exit(77);
+  }
+  Suite* s = suite_create("container");
+  TCase* tc = tcase_create("userns");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, sees_the_image_and_not_the_host);
+  tcase_add_test(tc, root_is_read_only_and_binds_are_writable);
+  tcase_add_test(tc, writable_overlay_never_reaches_the_image);
+  tcase_add_test(tc, remap_root_maps_the_user_to_zero);
+  tcase_add_test(tc, missing_workdir_is_a_clear_error);
+  suite_add_tcase(s, tc);
+  return s;
+}
