@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Slipway needs to build, test and run its sandbox. Safe to run
+# twice: when everything is already installed it asks apt nothing.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake pkg-config check
+  libcurl4-openssl-dev libarchive-dev libssl-dev libzstd-dev libdeflate-dev libisal-dev
+  libseccomp-dev nlohmann-json3-dev libslurm-dev libpmix-dev libpmix2 pybind11-dev python3-dev
+  python3-numpy libopenmpi-dev libgloo-dev
+  # the sandbox cluster and its registry
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge iproute2 docker-registry skopeo
+  umoci debootstrap busybox-static jq procps psmisc util-linux openmpi-bin curl ca-certificates
+  # benchmarks' peers and examples' data
+  charliecloud bubblewrap podman uidmap dataset-fashion-mnist apache2-utils openssl zstd pigz
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+if [[ $(id -u) != 0 ]]; then
+  echo "install-deps: missing packages (${missing[*]}); run as root: $0" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Slipway quickstart on a Debian 12 machine, as root: installs the packages, builds, starts the local
+# Slurm sandbox (4 nodes in network namespaces, a registry, test images) and runs a containerized
+# job across the 4 nodes. Leaves the sandbox up and says how to use and stop it. Safe to run twice.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${SLIPWAY_BUILD_DIR:-$repo/build}
+sandbox="$repo/contrib/sandbox/slipway-sandbox"
+
+"$repo/contrib/install-deps.sh"
+cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j"$(nproc)"
+SLIPWAY_PLUGIN="$build/spank/spank_slipway.so" "$sandbox" up
+"$sandbox" images busybox debian-python
+
+image=$("$sandbox" image debian-python)
+job=(srun --mpi=pmix -N4 -n8 -K --time=5 --container-image="$image"
+     python3 -c 'import os, socket, numpy
+print(f"rank {os.environ[\"SLURM_PROCID\"]} of {os.environ[\"SLURM_NTASKS\"]} on {socket.gethostname()}: "
+      f"image {open(\"/etc/slipway-image\").read().strip()}, numpy {numpy.__version__}, "
+      f"PMIx rank {os.environ.get(\"PMIX_RANK\")}")')
+echo
+echo "\$ ${job[*]}"
+"$sandbox" exec -- "${job[@]}" | sort -n -k2
+
+cat <<EOT
+
+The sandbox is still up. Try, as the job user:
+  $sandbox exec -- srun -N2 -n4 --container-image=$("$sandbox" image busybox) cat /etc/slipway-image
+  $sandbox exec -- bash      # a shell where srun, sbatch, salloc and squeue work
+Stop it with:
+  $sandbox down
+EOT

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs the whole Slipway test suite on a Debian 12 machine, as root: installs what it needs, builds,
+# runs the Check unit tests (CTest labels unit, userns, gpu) and the integration tests on the local
+# Slurm sandbox (tests/cluster), brings the sandbox down, and exits non-zero on any failure.
+# Safe to run twice. Environment: SLIPWAY_BUILD_DIR (default <repo>/build).
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${SLIPWAY_BUILD_DIR:-$repo/build}
+sandbox="$repo/contrib/sandbox/slipway-sandbox"
+passed=0 failed=0 skipped=0
+
+step() { printf '\n=== %s\n' "$*"; }
+
+# Adds the counts from one runner's output: CTest's per-test lines, or a closing
+# "N passed, N failed[, N skipped]" line from tests/cluster/run.bash.
+count_ctest() {
+  local log=$1
+  passed=$((passed + $(grep -cE 'Test +#[0-9]+: .* Passed' "$log")))
+  skipped=$((skipped + $(grep -cE 'Test +#[0-9]+: .*\*\*\*(Skipped|Not Run \(Disabled\))' "$log")))
+  failed=$((failed + $(grep -E 'Test +#[0-9]+: ' "$log" | grep -vE ' Passed|\*\*\*Skipped|Not Run \(Disabled\)' -c)))
+}
+count_cluster() {
+  local line
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1)
+  if [[ -z $line ]]; then failed=$((failed + 1)); return; fi
+  read -r p _ f _ s _ <<<"${line//,/}"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + ${s:-0}))
+}
+
+step "installing packages"
+"$repo/contrib/install-deps.sh" || exit 1
+
+step "building in $build"
+cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 1
+cmake --build "$build" -j"$(nproc)" || exit 1
+
+step "unit tests"
+unit_log=$(mktemp)
+ctest --test-dir "$build" --output-on-failure --timeout 300 -j"$(nproc)" 2>&1 | tee "$unit_log"
+count_ctest "$unit_log"
+
+step "integration tests on the sandbox cluster"
+trap '"$sandbox" down >/dev/null 2>&1' EXIT
+cluster_log=$(mktemp)
+if SLIPWAY_PLUGIN="$build/spank/spank_slipway.so" "$sandbox" up && "$sandbox" images; then
+  SLIPWAY_BUILD_DIR="$build" "$repo/tests/cluster/run.bash" "$repo"/tests/cluster/test_*.bash 2>&1 |
+    tee "$cluster_log"
+  count_cluster "$cluster_log"
+else
+  echo "sandbox: could not start; see $("$sandbox" logs-dir 2>/dev/null || echo /var/lib/slipway-sandbox/log)"
+  failed=$((failed + 1))
+fi
+"$sandbox" down
+trap - EXIT
+rm -f "$unit_log" "$cluster_log"
+
+echo
+echo "total: $passed passed, $failed failed, $skipped skipped"
+((failed == 0))
