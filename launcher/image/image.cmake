@@ -1,2 +1,17 @@
-# Image import sources (owned by the image work).
-target_sources(slipway_launcher PRIVATE)
+# Image import sources (owned by the image work): references, registry client, layer unpack,
+# node cache and the import orchestration. ISA-L inflates gzip layers (see gzip_source.h).
+pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
+target_sources(slipway_launcher PRIVATE
+  image/cache.cc
+  image/cache_admin.cc
+  image/digest.cc
+  image/fs_beneath.cc
+  image/gzip_source.cc
+  image/http.cc
+  image/image_ref.cc
+  image/import.cc
+  image/layer.cc
+  image/manifest.cc
+  image/registry.cc
+  image/registry_auth.cc)
+target_link_libraries(slipway_launcher PRIVATE PkgConfig::ISAL)

@@ -1,0 +1,127 @@
+// NodeCache layout, ownership checks, tmp directories and flock-based locks (see cache.h).
+#include "image/cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "image/fs_beneath.h"
+
+namespace slipway::launcher {
+namespace {
+
+Status mkdir_p(const std::string& path, mode_t mode) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos != path.size() && path[pos] != '/') continue;
+    std::string prefix = path.substr(0, pos);
+    if (::mkdir(prefix.c_str(), mode) == -1 && errno != EEXIST)
+      return Status::from_errno("create cache directory " + prefix, errno);
+  }
+  return Status();
+}
+
+Status check_owned(const std::string& path) {
+  struct stat st;
+  SLIPWAY_SYS(::lstat(path.c_str(), &st), "cache directory " + path);
+  if (!S_ISDIR(st.st_mode))
+    return Status::error("cache " + path + " is not a directory; remove it or choose another "
+                         "cache directory", ENOTDIR);
+  if (st.st_uid != ::geteuid())
+    return Status::error("cache directory " + path + " belongs to uid " +
+                             std::to_string(st.st_uid) + ", not to you (uid " +
+                             std::to_string(::geteuid()) + "); choose another cache directory",
+                         EPERM);
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return Status::error("cache directory " + path + " is writable by others; chmod 700 it",
+                         EPERM);
+  return Status();
+}
+
+}  // namespace
+
+std::string default_cache_dir(uid_t uid) { return "/var/tmp/slipway-" + std::to_string(uid); }
+
+Status NodeCache::ensure_layout() const {
+  if (root_.empty() || root_.front() != '/')
+    return Status::error("cache directory '" + root_ + "' is not an absolute path", EINVAL);
+  SLIPWAY_TRY(mkdir_p(root_, 0700));
+  SLIPWAY_TRY(check_owned(root_));
+  for (const char* sub : {"/blobs", "/blobs/sha256", "/images", "/tmp", "/locks"}) {
+    std::string p = root_ + sub;
+    if (::mkdir(p.c_str(), 0700) == -1 && errno != EEXIST)
+      return Status::from_errno("create cache directory " + p, errno);
+  }
+  return Status();
+}
+
+std::string NodeCache::blob_path(std::string_view digest) const {
+  return root_ + "/blobs/sha256/" + std::string(digest.substr(digest.find(':') + 1));
+}
+
+std::string NodeCache::image_dir(std::string_view manifest_digest) const {
+  return root_ + "/images/" + std::string(manifest_digest.substr(manifest_digest.find(':') + 1));
+}
+
+std::string NodeCache::lock_path(std::string_view key) const {
+  return root_ + "/locks/" + std::string(key) + ".lock";
+}
+
+Result<std::string> NodeCache::make_tmp_dir(std::string_view key) const {
+  std::string p = tmp_dir() + "/" + std::string(key) + "." + std::to_string(::getpid()) + "." +
+                  random_suffix();
+  SLIPWAY_SYS(::mkdir(p.c_str(), 0700), "create " + p);
+  return p;
+}
+
+Status NodeCache::remove_stale_tmp(std::string_view key) const {
+  UniqueFd fd(::open(tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return Status::from_errno("open " + tmp_dir(), errno);
+  DIR* d = ::fdopendir(fd.get());
+  if (!d) return Status::from_errno("read " + tmp_dir(), errno);
+  fd.release();
+  std::string prefix = std::string(key) + ".";
+  Status st;
+  while (dirent* ent = ::readdir(d)) {
+    if (std::strncmp(ent->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    st = remove_tree_at(::dirfd(d), ent->d_name);
+    if (!st.ok()) break;
+  }
+  ::closedir(d);
+  return st;
+}
+
+Result<FileLock> FileLock::acquire(const std::string& path, Mode mode, bool wait) {
+  FileLock lock;
+  lock.fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!lock.fd_.valid()) return Status::from_errno("open lock " + path, errno);
+  int op = (mode == Mode::kShared ? LOCK_SH : LOCK_EX) | (wait ? 0 : LOCK_NB);
+  for (;;) {
+    if (::flock(lock.fd_.get(), op) == 0) return lock;
+    if (errno == EINTR) continue;
+    return Status::from_errno("lock " + path, errno);
+  }
+}
+
+std::string random_suffix() {
+  unsigned char b[8] = {};
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) {
+    s += kHex[c >> 4];
+    s += kHex[c & 15];
+  }
+  return s;
+}
+
+}  // namespace slipway::launcher

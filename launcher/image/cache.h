@@ -1,0 +1,92 @@
+// The node cache: content-addressed blobs and unpacked images under one root owned by the user.
+//   <root>/blobs/sha256/<hex>              verified blobs (layers, configs)
+//   <root>/images/<manifest-hex>/          a published image: rootfs/, config.json, manifest.json
+//   <root>/tmp/                            work in progress (<hex>.<pid>.<rand>, blob-<hex>.<...>)
+//   <root>/locks/<hex>.lock                flock(2) files: importers hold LOCK_EX while working
+// Publishing is one rename(2) of a finished tmp/ directory, so readers need no lock: what exists
+// under images/ is complete. Leftovers of a killed importer are in tmp/ and are removed by the
+// next importer of the same digest (who holds the lock, so their owner must be dead).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace slipway::launcher {
+
+// "/var/tmp/slipway-<uid>" (node-local disk, never /run: it is a small tmpfs).
+std::string default_cache_dir(uid_t uid);
+
+class NodeCache {
+ public:
+  explicit NodeCache(std::string root) : root_(std::move(root)) {}
+
+  // Creates the root (mode 0700, parents as needed) and its subdirectories; the root must be a
+  // directory owned by the effective uid and not writable by others.
+  Status ensure_layout() const;
+
+  const std::string& root() const { return root_; }
+  std::string blob_path(std::string_view digest) const;
+  std::string image_dir(std::string_view manifest_digest) const;
+  std::string lock_path(std::string_view key) const;
+  std::string tmp_dir() const { return root_ + "/tmp"; }
+
+  // A new private directory tmp/<key>.<pid>.<random> (mode 0700).
+  Result<std::string> make_tmp_dir(std::string_view key) const;
+  // Removes tmp/<key>.* left by dead importers. Call only while holding lock_path(key).
+  Status remove_stale_tmp(std::string_view key) const;
+
+ private:
+  std::string root_;
+};
+
+// flock(2) on a lock file, released when the object dies (or the process does).
+class FileLock {
+ public:
+  enum class Mode { kShared, kExclusive };
+  static Result<FileLock> acquire(const std::string& path, Mode mode, bool wait = true);
+  bool held() const { return fd_.valid(); }
+
+ private:
+  UniqueFd fd_;
+};
+
+// --- Cache management (`slipway images`, `slipway rm`, `slipway gc --keep SIZE`) ---
+
+struct CachedImage {
+  std::string manifest_digest;  // "sha256:..."
+  uint64_t bytes = 0;           // disk use of the unpacked rootfs (hard links counted once)
+  int64_t last_use = 0;         // seconds since the epoch: last import_image() that returned it
+  bool in_use = false;          // a running step holds images/<hex>/.inuse
+};
+
+// Published images, least recently used first.
+Result<std::vector<CachedImage>> list_images(const NodeCache& cache);
+
+// Held by a running step for as long as it uses the image: a shared flock on
+// images/<hex>/.inuse. Fails with ENOENT if the image is not (or no longer) published.
+Result<FileLock> mark_in_use(const NodeCache& cache, std::string_view manifest_digest);
+
+// Unpublishes (one rename) and deletes an image; EBUSY if a step uses it. Blobs no other image
+// references are deleted too.
+Status remove_image(const NodeCache& cache, std::string_view manifest_digest);
+
+struct GcResult {
+  int removed = 0;
+  uint64_t freed_bytes = 0;  // rootfs bytes of the removed images
+  uint64_t kept_bytes = 0;
+};
+// Removes least-recently-used images not in use until the rest fits in KEEP_BYTES, then blobs
+// no image references and leftovers of dead importers in tmp/.
+Result<GcResult> gc_images(const NodeCache& cache, uint64_t keep_bytes);
+
+// 16 random hex characters (getrandom).
+std::string random_suffix();
+
+}  // namespace slipway::launcher

@@ -1,0 +1,219 @@
+// Cache management behind `slipway images`, `slipway rm` and `slipway gc` (see cache.h): listing
+// with sizes and last use, the in-use lock a running step holds, removal by atomic unpublish
+// (rename into tmp/, then delete), LRU garbage collection and unreferenced-blob cleanup.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "image/cache.h"
+#include "image/fs_beneath.h"
+#include "image/image_ref.h"
+
+namespace slipway::launcher {
+namespace {
+
+using InodeSet = std::set<std::pair<dev_t, ino_t>>;
+
+// Disk use of the tree under DIRFD; never follows symlinks.
+uint64_t tree_bytes(int dirfd, InodeSet& seen) {
+  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+  if (!d) {
+    if (fd >= 0) ::close(fd);
+    return 0;
+  }
+  uint64_t total = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+    struct stat st;
+    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1) continue;
+    if (st.st_nlink > 1 && !S_ISDIR(st.st_mode) && !seen.insert({st.st_dev, st.st_ino}).second)
+      continue;
+    total += static_cast<uint64_t>(st.st_blocks) * 512;
+    if (S_ISDIR(st.st_mode)) {
+      int sub = ::openat(::dirfd(d), e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) total += tree_bytes(sub, seen), ::close(sub);
+    }
+  }
+  ::closedir(d);
+  return total;
+}
+
+Result<std::vector<std::string>> list_dir(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return Status::from_errno("read " + path, errno);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d))
+    if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.push_back(e->d_name);
+  ::closedir(d);
+  return names;
+}
+
+bool is_in_use(const std::string& image_dir) {
+  auto lock = FileLock::acquire(image_dir + "/.inuse", FileLock::Mode::kExclusive, false);
+  return !lock.ok() && lock.status().error_number() == EWOULDBLOCK;
+}
+
+// Digests (hex) of the blobs the manifest in IMAGE_DIR references.
+void referenced_blobs(const std::string& image_dir, std::set<std::string>& out) {
+  int fd = ::open((image_dir + "/manifest.json").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  std::string body;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) body.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object()) return;
+  auto add = [&](const nlohmann::json& d) {
+    if (d.is_object() && d.contains("digest") && d["digest"].is_string()) {
+      std::string dg = d["digest"].get<std::string>();
+      if (is_valid_digest(dg)) out.insert(dg.substr(7));
+    }
+  };
+  if (j.contains("config")) add(j["config"]);
+  if (j.contains("layers") && j["layers"].is_array())
+    for (const auto& l : j["layers"]) add(l);
+}
+
+// Deletes blobs no published image references.
+Status remove_unreferenced_blobs(const NodeCache& cache) {
+  auto images = list_dir(cache.root() + "/images");
+  SLIPWAY_TRY(images);
+  std::set<std::string> keep;
+  for (const auto& hex : *images) referenced_blobs(cache.root() + "/images/" + hex, keep);
+  const std::string dir = cache.root() + "/blobs/sha256";
+  auto blobs = list_dir(dir);
+  SLIPWAY_TRY(blobs);
+  for (const auto& hex : *blobs)
+    if (!keep.count(hex) && ::unlink((dir + "/" + hex).c_str()) == -1 && errno != ENOENT)
+      return Status::from_errno("remove blob " + hex, errno);
+  return Status();
+}
+
+// Unpublishes and deletes one image, unless a step holds it.
+Status unpublish(const NodeCache& cache, const std::string& digest) {
+  const std::string dir = cache.image_dir(digest);
+  if (::access((dir + "/config.json").c_str(), F_OK) == -1)
+    return Status::error("image " + digest + " is not in the cache " + cache.root(), ENOENT);
+  auto lock = FileLock::acquire(dir + "/.inuse", FileLock::Mode::kExclusive, false);
+  if (!lock.ok() && lock.status().error_number() == EWOULDBLOCK)
+    return Status::error("image " + digest + " is in use by a running step; retry when it ends",
+                         EBUSY);
+  SLIPWAY_TRY(lock);
+  std::string name = "rm-" + digest.substr(7) + "." + std::to_string(::getpid()) + "." + random_suffix();
+  std::string tmp = cache.tmp_dir() + "/" + name;
+  SLIPWAY_SYS(::rename(dir.c_str(), tmp.c_str()), "unpublish " + dir);
+  int tfd = ::open(cache.tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (tfd < 0) return Status::from_errno("open " + cache.tmp_dir(), errno);
+  Status st = remove_tree_at(tfd, name.c_str());
+  ::close(tfd);
+  return st;
+}
+
+// Removes tmp/ entries whose owner is gone: importers ("<key>.<pid>.<rand>") hold
+// locks/<key>.lock while they work; removers ("rm-<hex>.<pid>.<rand>") are checked by pid.
+Status remove_dead_tmp(const NodeCache& cache) {
+  auto names = list_dir(cache.tmp_dir());
+  SLIPWAY_TRY(names);
+  int tfd = ::open(cache.tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (tfd < 0) return Status::from_errno("open " + cache.tmp_dir(), errno);
+  Status st;
+  for (const auto& name : *names) {
+    std::string key = name.substr(0, name.find('.'));
+    Result<FileLock> lock = Status::error("not locked");
+    bool dead;
+    if (key.rfind("rm-", 0) == 0) {
+      long pid = std::strtol(name.c_str() + key.size() + (key.size() < name.size()), nullptr, 10);
+      dead = pid > 0 && ::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH;
+    } else {
+      lock = FileLock::acquire(cache.lock_path(key), FileLock::Mode::kExclusive, false);
+      dead = lock.ok();  // nobody works on KEY (held while removing), so this is a leftover
+    }
+    if (dead) st = remove_tree_at(tfd, name.c_str());
+    if (!st.ok()) break;
+  }
+  ::close(tfd);
+  return st;
+}
+
+}  // namespace
+
+Result<std::vector<CachedImage>> list_images(const NodeCache& cache) {
+  auto names = list_dir(cache.root() + "/images");
+  SLIPWAY_TRY(names);
+  std::vector<CachedImage> out;
+  for (const auto& hex : *names) {
+    CachedImage img;
+    img.manifest_digest = "sha256:" + hex;
+    if (!is_valid_digest(img.manifest_digest)) continue;
+    const std::string dir = cache.root() + "/images/" + hex;
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == -1) continue;  // removed meanwhile
+    img.last_use = st.st_mtim.tv_sec;
+    int fd = ::open((dir + "/rootfs").c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      InodeSet seen;
+      img.bytes = tree_bytes(fd, seen);
+      ::close(fd);
+    }
+    img.in_use = is_in_use(dir);
+    out.push_back(std::move(img));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CachedImage& a, const CachedImage& b) { return a.last_use < b.last_use; });
+  return out;
+}
+
+Result<FileLock> mark_in_use(const NodeCache& cache, std::string_view digest) {
+  const std::string dir = cache.image_dir(digest);
+  auto lock = FileLock::acquire(dir + "/.inuse", FileLock::Mode::kShared);
+  if (!lock.ok() && lock.status().error_number() == ENOENT)
+    return Status::error("image " + std::string(digest) + " is not in the cache", ENOENT);
+  SLIPWAY_TRY(lock);
+  // gc may have unpublished the image between our open and flock: the lock is then on a file
+  // in tmp/, and the image must be imported again.
+  if (::access((dir + "/config.json").c_str(), F_OK) == -1)
+    return Status::error("image " + std::string(digest) + " was removed from the cache", ENOENT);
+  return lock;
+}
+
+Status remove_image(const NodeCache& cache, std::string_view digest) {
+  if (!is_valid_digest(digest))
+    return Status::error("'" + std::string(digest) + "' is not a sha256 digest", EINVAL);
+  SLIPWAY_TRY(unpublish(cache, std::string(digest)));
+  return remove_unreferenced_blobs(cache);
+}
+
+Result<GcResult> gc_images(const NodeCache& cache, uint64_t keep_bytes) {
+  auto images = list_images(cache);
+  SLIPWAY_TRY(images);
+  GcResult r;
+  for (const auto& img : *images) r.kept_bytes += img.bytes;
+  for (const auto& img : *images) {  // least recently used first
+    if (r.kept_bytes <= keep_bytes) break;
+    if (img.in_use) continue;
+    Status st = unpublish(cache, img.manifest_digest);
+    if (!st.ok() && st.error_number() == EBUSY) continue;  // a step started meanwhile
+    SLIPWAY_TRY(st);
+    ++r.removed;
+    r.freed_bytes += img.bytes;
+    r.kept_bytes -= img.bytes;
+  }
+  SLIPWAY_TRY(remove_unreferenced_blobs(cache));
+  SLIPWAY_TRY(remove_dead_tmp(cache));
+  return r;
+}
+
+}  // namespace slipway::launcher

@@ -1,0 +1,62 @@
+// Streaming SHA-256 over OpenSSL's EVP interface (see digest.h).
+#include "image/digest.h"
+
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+namespace slipway::launcher {
+
+struct Sha256::Ctx {
+  EVP_MD_CTX* md = nullptr;
+  Ctx() : md(EVP_MD_CTX_new()) { EVP_DigestInit_ex(md, EVP_sha256(), nullptr); }
+  ~Ctx() { EVP_MD_CTX_free(md); }
+  Ctx(const Ctx&) = delete;
+  Ctx& operator=(const Ctx&) = delete;
+};
+
+Sha256::Sha256() : ctx_(std::make_unique<Ctx>()) {}
+Sha256::~Sha256() = default;
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+
+void Sha256::update(const void* data, size_t n) { EVP_DigestUpdate(ctx_->md, data, n); }
+
+std::string Sha256::finish() {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx_->md, out, &len);
+  EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s = "sha256:";
+  for (unsigned int i = 0; i < len; ++i) {
+    s += kHex[out[i] >> 4];
+    s += kHex[out[i] & 15];
+  }
+  return s;
+}
+
+std::string sha256_digest(std::string_view data) {
+  Sha256 h;
+  h.update(data.data(), data.size());
+  return h.finish();
+}
+
+Result<std::string> sha256_file(int fd) {
+  Sha256 h;
+  std::vector<char> buf(1 << 20);
+  off_t off = 0;
+  for (;;) {
+    ssize_t n = ::pread(fd, buf.data(), buf.size(), off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::from_errno("read", errno);
+    if (n == 0) break;
+    h.update(buf.data(), static_cast<size_t>(n));
+    off += n;
+  }
+  return h.finish();
+}
+
+}  // namespace slipway::launcher

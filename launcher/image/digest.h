@@ -1,0 +1,36 @@
+// Sha256: streaming SHA-256 (OpenSSL EVP) used to verify blobs while they download or are read.
+// Digests are written the OCI way: "sha256:<64 lowercase hex>".
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace slipway::launcher {
+
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(Sha256&&) noexcept;
+  Sha256& operator=(Sha256&&) noexcept;
+
+  void update(const void* data, size_t n);
+  // "sha256:<hex>"; the object is reset afterwards.
+  std::string finish();
+
+ private:
+  struct Ctx;
+  std::unique_ptr<Ctx> ctx_;
+};
+
+std::string sha256_digest(std::string_view data);
+// Digest of a whole file, read from the start.
+Result<std::string> sha256_file(int fd);
+
+// The hex part of "sha256:<hex>" (the digest must be valid).
+inline std::string digest_hex(std::string_view digest) { return std::string(digest.substr(7)); }
+
+}  // namespace slipway::launcher

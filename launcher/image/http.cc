@@ -1,0 +1,201 @@
+// libcurl wrapper behind HttpClient (see http.h). One easy handle per client; curl_easy_reset
+// between requests keeps the connection and DNS caches, so a pull reuses one TCP/TLS connection.
+#include "image/http.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <mutex>
+
+#include "common/unique_fd.h"
+
+namespace slipway::launcher {
+namespace {
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+Result<std::string> read_small_file(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::from_errno("open CA file " + path, errno);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::from_errno("read CA file " + path, errno);
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > (64u << 20)) return Status::error("CA file " + path + " is too large");
+  }
+}
+
+struct Transfer {
+  const BodySink* sink = nullptr;
+  HttpResponse* resp = nullptr;
+  uint64_t max_body = 0;
+  long status = 0;
+  Status sink_status;
+};
+
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::string line(data, size * n);
+  if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or 100-continue)
+    t->resp->headers.clear();
+    size_t sp = line.find(' ');
+    t->status = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, nullptr, 10);
+    return size * n;
+  }
+  size_t colon = line.find(':');
+  if (colon == std::string::npos) return size * n;
+  std::string name = line.substr(0, colon);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  size_t b = line.find_first_not_of(" \t", colon + 1);
+  size_t e = line.find_last_not_of(" \t\r\n");
+  t->resp->headers[name] = b == std::string::npos || e < b ? "" : line.substr(b, e - b + 1);
+  return size * n;
+}
+
+size_t on_body(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t len = size * n;
+  bool success = t->status >= 200 && t->status < 300;
+  if (success && t->sink) {
+    t->sink_status = (*t->sink)(data, len);
+    return t->sink_status.ok() ? len : 0;
+  }
+  if (t->resp->body.size() + len > t->max_body) {
+    t->sink_status = Status::error("response body larger than " + std::to_string(t->max_body) +
+                                   " bytes", EFBIG);
+    return 0;
+  }
+  t->resp->body.append(data, len);
+  return len;
+}
+
+TransportError classify(CURLcode rc) {
+  switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+      return TransportError::kConnect;
+    case CURLE_OPERATION_TIMEDOUT:
+      return TransportError::kTimeout;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CACERT_BADFILE:
+      return TransportError::kTls;
+    default:
+      return TransportError::kOther;
+  }
+}
+
+}  // namespace
+
+std::string HttpResponse::header(const std::string& lower_name) const {
+  auto it = headers.find(lower_name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+struct HttpClient::Impl {
+  HttpOptions opts;
+  CURL* curl = nullptr;
+  std::string ca_blob;  // default bundle + opts.ca_file, when a CA file is given
+  Status ca_status;
+  char errbuf[CURL_ERROR_SIZE] = {};
+};
+
+HttpClient::HttpClient(HttpOptions opts) : impl_(std::make_unique<Impl>()) {
+  global_init();
+  impl_->opts = std::move(opts);
+  impl_->curl = curl_easy_init();
+  if (impl_->opts.ca_file.empty()) return;
+  // CURLOPT_CAINFO would replace the system store; the brief is "in addition to" it.
+  char* def = nullptr;
+  std::string blob;
+  if (curl_easy_getinfo(impl_->curl, CURLINFO_CAINFO, &def) == CURLE_OK && def) {
+    auto sys = read_small_file(def);
+    if (sys.ok()) blob = std::move(*sys) + "\n";
+  }
+  auto extra = read_small_file(impl_->opts.ca_file);
+  if (!extra.ok()) {
+    impl_->ca_status = extra.status();
+    return;
+  }
+  impl_->ca_blob = blob + *extra;
+}
+
+HttpClient::~HttpClient() {
+  if (impl_ && impl_->curl) curl_easy_cleanup(impl_->curl);
+}
+
+Result<HttpResponse> HttpClient::perform(const HttpRequest& req, const BodySink* sink,
+                                         TransportError* kind, uint64_t max_body) {
+  *kind = TransportError::kNone;
+  if (!impl_->ca_status.ok()) return impl_->ca_status;
+  if (!impl_->curl) return Status::error("curl_easy_init failed", ENOMEM);
+  CURL* c = impl_->curl;
+  curl_easy_reset(c);
+  HttpResponse resp;
+  Transfer t{sink, &resp, max_body, 0, Status()};
+  curl_slist* hdrs = nullptr;
+  for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
+  curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 8L);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, impl_->opts.connect_timeout_s);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, impl_->opts.low_speed_time_s);
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "slipway/0.1");
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, impl_->errbuf);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  if (!req.user.empty()) {
+    curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+    curl_easy_setopt(c, CURLOPT_USERNAME, req.user.c_str());
+    curl_easy_setopt(c, CURLOPT_PASSWORD, req.password.c_str());
+  }
+  if (!impl_->ca_blob.empty()) {
+    curl_blob b{impl_->ca_blob.data(), impl_->ca_blob.size(), CURL_BLOB_COPY};
+    curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &b);
+  }
+  impl_->errbuf[0] = 0;
+  CURLcode rc = curl_easy_perform(c);
+  curl_slist_free_all(hdrs);
+  if (!t.sink_status.ok()) return t.sink_status;
+  if (rc != CURLE_OK) {
+    *kind = classify(rc);
+    std::string why = impl_->errbuf[0] ? impl_->errbuf : curl_easy_strerror(rc);
+    long os_errno = 0;
+    curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
+    if (*kind == TransportError::kConnect && os_errno != 0)
+      why = std::strerror(static_cast<int>(os_errno));
+    return Status::error(why, rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO);
+  }
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+  return resp;
+}
+
+std::string url_escape(const std::string& s) {
+  global_init();
+  char* e = curl_easy_escape(nullptr, s.c_str(), static_cast<int>(s.size()));
+  std::string out = e ? e : "";
+  curl_free(e);
+  return out;
+}
+
+}  // namespace slipway::launcher

@@ -1,0 +1,42 @@
+// import_image(): brings an image into the node cache (download missing blobs, unpack layers,
+// publish atomically) or finds it there, and returns its rootfs and runtime config. Safe under
+// any number of concurrent importers: one does the work, the others wait on its lock and reuse it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "image/cache.h"
+#include "image/image_ref.h"
+#include "image/manifest.h"
+#include "image/registry.h"
+
+namespace slipway::launcher {
+
+struct ImportOptions {
+  std::string cache_dir;  // the node cache root (created 0700 if missing; must be owned by euid)
+  RegistryOptions registry;
+  uint64_t max_unpacked_bytes = 64ull << 30;  // decompression-bomb limit per image
+  std::function<void(std::string_view line)> progress;  // optional, at most one call per second
+};
+
+struct ImportedImage {
+  std::string manifest_digest;
+  std::string rootfs;
+  ImageConfig config;
+  bool was_cached = false;
+};
+
+// REF.digest may be set already (the plugin resolves it once per job): then a cached image costs
+// no request at all, and an uncached one no manifest-by-tag request.
+Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opts);
+
+// The published image MANIFEST_DIGEST in the cache, if it is there (no lock, no network).
+Result<ImportedImage> find_cached_image(const NodeCache& cache, std::string_view manifest_digest);
+
+}  // namespace slipway::launcher

@@ -1,0 +1,40 @@
+// Layer unpack: applies one OCI layer (a tar, uncompressed or gzip/zstd compressed) onto a rootfs
+// directory with the OCI changeset rules (whiteouts, opaque directories) and with every entry
+// treated as hostile: nothing is ever written outside the root or through a symlink.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace slipway::launcher {
+
+// Shared by the layers of one image: the decompression-bomb limit counts all of them.
+struct UnpackBudget {
+  uint64_t max_bytes = 64ull << 30;
+  uint64_t used = 0;  // file data plus 512 bytes per entry (metadata bombs count too)
+};
+
+struct UnpackStats {
+  uint64_t entries = 0, bytes = 0, skipped_devices = 0, dropped_setid = 0;
+};
+
+// Applies the layer read from LAYER_FD onto the tree at ROOTFD. The rules (OCI image-spec
+// layer.md) and the choices made here:
+//   - absolute entry paths are taken relative to the root; '..' components are rejected;
+//   - no entry may be written through a symlink or a non-directory (lower layers' included);
+//   - a file, symlink or hard link replaces what was there (unlinked first, so other hard links
+//     to the old file keep the old content); a directory over a non-directory replaces it;
+//   - hard link targets must already exist inside the tree;
+//   - `.wh.NAME` removes NAME from lower layers, `.wh..wh..opq` empties its directory of
+//     lower-layer content; entries of the same layer are kept, as the spec requires;
+//   - setuid/setgid bits are dropped, owner bits forced to u+rw (files) and u+rwx (directories)
+//     so the unprivileged owner can read, update and remove the tree; ownership is not kept;
+//   - character/block devices and sockets are skipped, FIFOs created; xattrs are not kept;
+//   - the data of an entry may not exceed its header's size, and the total may not exceed
+//     BUDGET.max_bytes.
+// On failure the tree is left partly written: callers unpack into a private directory.
+Status apply_layer(int rootfd, int layer_fd, UnpackBudget& budget, UnpackStats* stats = nullptr);
+
+}  // namespace slipway::launcher

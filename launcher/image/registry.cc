@@ -1,0 +1,308 @@
+// RegistryClient (see registry.h): the request loop with auth and retries, manifest and blob
+// fetches. Protocol: https://distribution.github.io/distribution/spec/api/ and the token spec
+// (https://distribution.github.io/distribution/spec/auth/token/).
+#include "image/registry.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "image/digest.h"
+#include "image/http.h"
+#include "image/registry_auth.h"
+
+namespace slipway::launcher {
+namespace {
+
+constexpr uint64_t kMaxManifestBytes = 4 << 20;
+constexpr uint64_t kMaxConfigBytes = 8 << 20;
+constexpr const char* kDefaultCredentialsHint = "~/.config/slipway/credentials";
+
+bool is_retryable_status(long s) { return s == 429 || s == 408 || s >= 500; }
+
+// 0.5 s, 1 s, 2 s, 4 s, ... capped at 8 s, plus up to 25% jitter so nodes do not retry in step;
+// a Retry-After in seconds (capped at 30 s) wins.
+std::chrono::milliseconds backoff(int attempt, const std::string& retry_after) {
+  long ms = std::min(500L << std::min(attempt, 4), 8000L);
+  if (!retry_after.empty() && std::all_of(retry_after.begin(), retry_after.end(), ::isdigit))
+    ms = std::min(std::stol(retry_after.substr(0, 6)) * 1000, 30000L);
+  thread_local std::minstd_rand rng(static_cast<unsigned>(::getpid()) ^
+                                    static_cast<unsigned>(std::random_device{}()));
+  ms += static_cast<long>(rng() % static_cast<unsigned long>(ms / 4 + 1));
+  return std::chrono::milliseconds(ms);
+}
+
+Status write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return Status::from_errno("write blob", errno);
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status();
+}
+
+}  // namespace
+
+struct RegistryClient::Sink {
+  BodySink body;
+  std::function<Status()> restart;
+};
+
+RegistryClient::RegistryClient(ImageRef ref, RegistryOptions opts)
+    : ref_(std::move(ref)), opts_(std::move(opts)) {
+  HttpOptions h;
+  h.ca_file = opts_.ca_file;
+  h.connect_timeout_s = opts_.connect_timeout_s;
+  http_ = std::make_unique<HttpClient>(std::move(h));
+}
+
+RegistryClient::~RegistryClient() = default;
+
+void RegistryClient::share_auth_from(const RegistryClient& o) {
+  auth_header_ = o.auth_header_;
+  use_basic_ = o.use_basic_;
+  creds_loaded_ = o.creds_loaded_;
+  creds_user_ = o.creds_user_;
+  creds_password_ = o.creds_password_;
+  creds_status_ = o.creds_status_;
+}
+
+std::string RegistryClient::base_url() const {
+  const auto& insecure = opts_.insecure_registries;
+  bool http = std::find(insecure.begin(), insecure.end(), ref_.registry) != insecure.end();
+  return (http ? "http://" : "https://") + ref_.registry + "/v2/" + ref_.repository;
+}
+
+Status RegistryClient::transport_error(const Status& why) const {
+  return Status::error("cannot reach registry " + ref_.registry + ": " + why.message() +
+                           "; check the address and that the registry is up",
+                       why.error_number() ? why.error_number() : EIO);
+}
+
+Status RegistryClient::http_error(long status, const std::string& what) const {
+  const std::string image = "'" + ref_.str() + "'";
+  const std::string code = " (HTTP " + std::to_string(status) + ")";
+  const std::string cred_file =
+      opts_.credentials_file.empty() ? kDefaultCredentialsHint : opts_.credentials_file;
+  if (status == 401 || status == 403) {
+    if (!creds_user_.empty())
+      return Status::error("registry " + ref_.registry + " refused credentials for '" +
+                           ref_.repository + "'" + code + "; check " + cred_file, EACCES);
+    return Status::error("image " + image + " not found on registry " + ref_.registry +
+                             " or it needs credentials" + code + "; check the name or add 'machine " +
+                             ref_.registry + " login USER password PASS' to " + cred_file,
+                         EACCES);
+  }
+  if (status == 404)
+    return Status::error(what + " " + image + " not found on registry " + ref_.registry + code +
+                             "; check the name",
+                         ENOENT);
+  if (status == 429)
+    return Status::error("registry " + ref_.registry + " keeps refusing requests for " + image +
+                             " as too many" + code + "; retry later or use a mirror",
+                         EAGAIN);
+  return Status::error("registry " + ref_.registry + " failed the request for " + what + " " +
+                           image + code + "; retry later or ask the registry's admin",
+                       EIO);
+}
+
+Result<HttpResponse> RegistryClient::get(const std::string& path,
+                                         const std::vector<std::string>& headers, Sink* sink) {
+  bool authed_here = false;
+  for (int attempt = 0;; ++attempt) {
+    HttpRequest req{base_url() + path, headers, {}, {}};
+    if (!auth_header_.empty()) req.headers.push_back(auth_header_);
+    if (use_basic_) req.user = creds_user_, req.password = creds_password_;
+    if (sink && sink->restart) SLIPWAY_TRY(sink->restart());
+    TransportError kind;
+    auto resp = http_->perform(req, sink ? &sink->body : nullptr, &kind);
+    bool can_retry = attempt < opts_.max_retries;
+    if (!resp.ok()) {
+      if (kind == TransportError::kNone) return resp.status();  // the sink failed: not transport
+      if (kind == TransportError::kTimeout && can_retry) {
+        std::this_thread::sleep_for(backoff(attempt, ""));
+        continue;
+      }
+      return transport_error(resp.status());
+    }
+    if (resp->status == 401 && !authed_here) {
+      authed_here = true;
+      SLIPWAY_TRY(authenticate(*resp));
+      --attempt;  // authentication is not a retry
+      continue;
+    }
+    if (is_retryable_status(resp->status) && can_retry) {
+      std::this_thread::sleep_for(backoff(attempt, resp->header("retry-after")));
+      continue;
+    }
+    return resp;
+  }
+}
+
+Status RegistryClient::authenticate(const HttpResponse& resp) {
+  if (!creds_loaded_) {
+    creds_loaded_ = true;
+    auto creds = read_credentials_file(opts_.credentials_file);
+    if (!creds.ok()) return creds.status();
+    Credentials c = find_credentials(*creds, ref_.registry);
+    creds_user_ = c.login;
+    creds_password_ = c.password;
+  }
+  auto ch = parse_www_authenticate(resp.header("www-authenticate"));
+  if (!ch.ok()) return http_error(401, "image");
+  if (ch->scheme == "basic") {
+    if (creds_user_.empty() || use_basic_) return http_error(401, "image");
+    use_basic_ = true;
+    return Status();
+  }
+  if (ch->scheme == "bearer") return fetch_token(*ch);
+  return Status::error("registry " + ref_.registry + " asks for unsupported authentication '" +
+                           ch->scheme + "'; use Basic or token auth",
+                       ENOTSUP);
+}
+
+Status RegistryClient::fetch_token(const AuthChallenge& c) {
+  auto realm = c.params.find("realm");
+  if (realm == c.params.end() || realm->second.rfind("http", 0) != 0)
+    return Status::error("registry " + ref_.registry + " sent a token challenge without a realm; "
+                         "it is misconfigured", EPROTO);
+  std::string url = realm->second + (realm->second.find('?') == std::string::npos ? "?" : "&");
+  auto service = c.params.find("service");
+  if (service != c.params.end()) url += "service=" + url_escape(service->second) + "&";
+  auto scope = c.params.find("scope");
+  url += "scope=" + url_escape(scope != c.params.end() ? scope->second
+                                                       : "repository:" + ref_.repository + ":pull");
+  HttpRequest req{url, {}, creds_user_, creds_password_};
+  TransportError kind;
+  auto resp = http_->perform(req, nullptr, &kind, 1 << 20);
+  if (!resp.ok()) return transport_error(resp.status()).context("token server");
+  if (resp->status != 200) return http_error(resp->status == 403 ? 401 : resp->status, "token for");
+  auto j = nlohmann::json::parse(resp->body, nullptr, false);
+  std::string token;
+  if (j.is_object()) {
+    for (const char* key : {"token", "access_token"})
+      if (auto it = j.find(key); it != j.end() && it->is_string() && token.empty())
+        token = it->get<std::string>();
+  }
+  if (token.empty())
+    return Status::error("token server of registry " + ref_.registry + " sent no token", EPROTO);
+  auth_header_ = "Authorization: Bearer " + token;
+  use_basic_ = false;
+  return Status();
+}
+
+Result<FetchedManifest> RegistryClient::fetch_manifest(const std::string& reference) {
+  std::string body;
+  Sink sink{[&](const char* p, size_t n) -> Status {
+              if (body.size() + n > kMaxManifestBytes)
+                return Status::error("manifest of image '" + ref_.str() + "' is larger than " +
+                                     std::to_string(kMaxManifestBytes) + " bytes", EFBIG);
+              body.append(p, n);
+              return Status();
+            },
+            [&] { body.clear(); return Status(); }};
+  auto resp = get("/manifests/" + reference,
+                  {"Accept: " + std::string(media::kManifestAccept)}, &sink);
+  SLIPWAY_TRY(resp);
+  if (resp->status != 200) return http_error(resp->status, "image");
+  FetchedManifest m;
+  m.digest = sha256_digest(body);
+  if (is_valid_digest(reference) && m.digest != reference)
+    return Status::error("manifest of image '" + ref_.str() + "' has digest " + m.digest +
+                             " (expected " + reference + "); the registry or a proxy corrupted it",
+                         EBADMSG);
+  auto kind = manifest_kind(body, resp->header("content-type"));
+  if (!kind.ok()) return kind.status().context("image '" + ref_.str() + "'");
+  m.kind = *kind;
+  m.body = std::move(body);
+  return m;
+}
+
+Result<FetchedManifest> RegistryClient::fetch_platform_manifest(bool want_body) {
+  auto top = fetch_manifest(ref_.digest.empty() ? ref_.tag : ref_.digest);
+  SLIPWAY_TRY(top);
+  if (top->kind == ManifestKind::kManifest) return top;
+  auto entry = pick_platform(top->body);
+  if (!entry.ok()) return entry.status().context("image '" + ref_.str() + "'");
+  if (!want_body) return FetchedManifest{"", entry->digest, ManifestKind::kManifest};
+  auto m = fetch_manifest(entry->digest);
+  SLIPWAY_TRY(m);
+  if (m->kind != ManifestKind::kManifest)
+    return Status::error("image '" + ref_.str() + "': the linux/amd64 entry of its index is "
+                         "not an image manifest", EPROTO);
+  return m;
+}
+
+Status RegistryClient::fetch_blob(const Descriptor& d, int fd) {
+  Sha256 hash;
+  uint64_t got = 0;
+  Sink sink{[&](const char* p, size_t n) -> Status {
+              got += n;
+              if (got > d.size)
+                return Status::error("blob " + d.digest + " of image '" + ref_.str() +
+                                     "' is larger than the " + std::to_string(d.size) +
+                                     " bytes its manifest declares; the image is corrupt", EBADMSG);
+              hash.update(p, n);
+              return write_all(fd, p, n);
+            },
+            [&]() -> Status {
+              got = 0;
+              hash = Sha256();
+              SLIPWAY_SYS(::ftruncate(fd, 0), "truncate blob file");
+              SLIPWAY_SYS(::lseek(fd, 0, SEEK_SET), "seek blob file");
+              return Status();
+            }};
+  auto resp = get("/blobs/" + d.digest, {}, &sink);
+  SLIPWAY_TRY(resp);
+  if (resp->status != 200) return http_error(resp->status, "blob " + d.digest + " of image");
+  if (got != d.size)
+    return Status::error("blob " + d.digest + " of image '" + ref_.str() + "' is " +
+                         std::to_string(got) + " bytes, its manifest declares " +
+                         std::to_string(d.size) + "; the image is corrupt", EBADMSG);
+  std::string actual = hash.finish();
+  if (actual != d.digest)
+    return Status::error("blob " + d.digest + " of image '" + ref_.str() + "' has digest " + actual +
+                             " (expected " + d.digest + "); the registry or a proxy corrupted it",
+                         EBADMSG);
+  return Status();
+}
+
+Result<std::string> RegistryClient::fetch_small_blob(const Descriptor& d) {
+  if (d.size > kMaxConfigBytes)
+    return Status::error("config blob of image '" + ref_.str() + "' is too large", EFBIG);
+  std::string body;
+  Sink sink{[&](const char* p, size_t n) -> Status {
+              if (body.size() + n > d.size)
+                return Status::error("blob " + d.digest + " of image '" + ref_.str() +
+                                     "' is larger than its manifest declares", EBADMSG);
+              body.append(p, n);
+              return Status();
+            },
+            [&] { body.clear(); return Status(); }};
+  auto resp = get("/blobs/" + d.digest, {}, &sink);
+  SLIPWAY_TRY(resp);
+  if (resp->status != 200) return http_error(resp->status, "blob " + d.digest + " of image");
+  std::string actual = sha256_digest(body);
+  if (actual != d.digest || body.size() != d.size)
+    return Status::error("blob " + d.digest + " of image '" + ref_.str() + "' has digest " + actual +
+                             " (expected " + d.digest + "); the registry or a proxy corrupted it",
+                         EBADMSG);
+  return body;
+}
+
+Result<std::string> resolve_digest(const ImageRef& ref, const RegistryOptions& opts) {
+  if (ref.kind != ImageRef::Kind::kRegistry)
+    return Status::error("image '" + ref.str() + "' is a local file, not a registry image", EINVAL);
+  RegistryClient client(ref, opts);
+  auto m = client.fetch_platform_manifest(/*want_body=*/false);
+  SLIPWAY_TRY(m);
+  return m->digest;
+}
+
+}  // namespace slipway::launcher

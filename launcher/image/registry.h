@@ -1,0 +1,81 @@
+// Registry client: Docker Registry HTTP API v2 over libcurl, with anonymous, Basic and Bearer-token
+// auth, retries with back-off on 429/5xx/timeouts, and blobs verified (size and sha256) while they
+// stream. Every error is one line naming the image, the registry, the cause and the fix.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "image/image_ref.h"
+#include "image/manifest.h"
+
+namespace slipway::launcher {
+
+struct RegistryOptions {
+  std::vector<std::string> insecure_registries;  // host[:port] spoken to over plain HTTP
+  std::string ca_file;          // extra CA bundle (in addition to the system store)
+  std::string credentials_file; // netrc-style: "machine HOST login USER password PASS"
+  long connect_timeout_s = 10;
+  int max_retries = 4;
+};
+
+// Tag -> digest of the manifest that will be run (for an index/manifest list: the linux/amd64
+// entry's digest). One manifest request.
+Result<std::string> resolve_digest(const ImageRef& ref, const RegistryOptions& opts);
+
+struct FetchedManifest {
+  std::string body;
+  std::string digest;  // sha256 of body
+  ManifestKind kind = ManifestKind::kManifest;
+};
+
+class HttpClient;
+struct HttpResponse;
+struct AuthChallenge;
+
+// One client per image (and per thread: it owns a curl handle). Not thread-safe.
+class RegistryClient {
+ public:
+  RegistryClient(ImageRef ref, RegistryOptions opts);
+  ~RegistryClient();
+  RegistryClient(const RegistryClient&) = delete;
+  RegistryClient& operator=(const RegistryClient&) = delete;
+
+  // GET /v2/<repo>/manifests/<reference>; a digest reference is verified against the body.
+  Result<FetchedManifest> fetch_manifest(const std::string& reference);
+  // The manifest that will run: ref.digest (else ref.tag), following an index to linux/amd64.
+  // With want_body false an index's entry is not fetched (digest only: resolve_digest).
+  Result<FetchedManifest> fetch_platform_manifest(bool want_body = true);
+  // Streams blob D into FD (truncated first, rewritten on retry), checking size and digest.
+  Status fetch_blob(const Descriptor& d, int fd);
+  // A small blob (the image config) into memory, verified.
+  Result<std::string> fetch_small_blob(const Descriptor& d);
+
+  const ImageRef& ref() const { return ref_; }
+  // Carry the auth state (token) to another client for the same image (parallel downloads).
+  void share_auth_from(const RegistryClient& other);
+
+ private:
+  struct Sink;
+  Result<HttpResponse> get(const std::string& path, const std::vector<std::string>& headers,
+                           Sink* sink);
+  Status authenticate(const HttpResponse& challenge);
+  Status fetch_token(const AuthChallenge& c);
+  Status http_error(long status, const std::string& what) const;
+  Status transport_error(const Status& why) const;
+  std::string base_url() const;
+
+  ImageRef ref_;
+  RegistryOptions opts_;
+  std::unique_ptr<HttpClient> http_;
+  std::string auth_header_;  // "Authorization: Bearer ..." once a token is held
+  bool use_basic_ = false;
+  bool creds_loaded_ = false;
+  std::string creds_user_, creds_password_;
+  Status creds_status_;
+};
+
+}  // namespace slipway::launcher

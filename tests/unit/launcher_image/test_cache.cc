@@ -1,0 +1,103 @@
+// Node cache management: listing with sizes and LRU order, the in-use lock, rm (refused while in
+// use), gc --keep SIZE (LRU, skips images in use, drops unreferenced blobs and dead leftovers).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "image/cache.h"
+#include "image_test_util.h"
+// check.h defines macros (fail) that break later standard headers: include it last.
+#include "check_main.h"
+
+using namespace slipway::launcher;
+
+static std::string hex(char c) { return std::string(64, c); }
+
+// A fake published image: rootfs with one file of BYTES, a manifest naming blob B, last use T.
+static void publish(const NodeCache& c, char id, size_t bytes, char blob, time_t t) {
+  std::string dir = c.root() + "/images/" + hex(id);
+  mkdir(dir.c_str(), 0700);
+  mkdir((dir + "/rootfs").c_str(), 0755);
+  write_text(dir + "/rootfs/data", std::string(bytes, 'x'));
+  write_text(dir + "/config.json", "{}");
+  write_text(dir + "/manifest.json", R"({"schemaVersion":2,"config":{"digest":"sha256:)" +
+                                         hex(blob) + R"(","size":1},"layers":[]})");
+  write_text(c.root() + "/blobs/sha256/" + hex(blob), "blob");
+  timeval tv[2] = {{t, 0}, {t, 0}};
+  utimes(dir.c_str(), tv);
+}
+
+START_TEST(list_rm_and_in_use) {
+  Sandbox sb;
+  NodeCache c(sb.root + "/cache");
+  ck_assert(c.ensure_layout().ok());
+  ck_assert_int_eq(path_mode(c.root()) & 0777, 0700);
+  publish(c, 'a', 100000, '1', 2000);
+  publish(c, 'b', 10, '2', 1000);
+  auto list = list_images(c);
+  ck_assert(list.ok() && list->size() == 2);
+  ck_assert((*list)[0].manifest_digest == "sha256:" + hex('b'));  // least recently used first
+  ck_assert_uint_ge((*list)[1].bytes, 100000);
+  {
+    auto held = mark_in_use(c, "sha256:" + hex('a'));
+    ck_assert(held.ok());
+    ck_assert(list_images(c)->back().in_use);
+    Status busy = remove_image(c, "sha256:" + hex('a'));
+    ck_assert(!busy.ok() && busy.error_number() == EBUSY);
+  }
+  ck_assert(remove_image(c, "sha256:" + hex('a')).ok());
+  ck_assert(!path_exists(c.image_dir("sha256:" + hex('a'))));
+  ck_assert(!path_exists(c.blob_path("sha256:" + hex('1'))));
+  ck_assert(path_exists(c.blob_path("sha256:" + hex('2'))));
+  ck_assert(remove_image(c, "sha256:" + hex('a')).error_number() == ENOENT);
+  ck_assert(!mark_in_use(c, "sha256:" + hex('a')).ok());
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
+START_TEST(gc_keeps_recent_and_in_use) {
+  Sandbox sb;
+  NodeCache c(sb.root + "/cache");
+  ck_assert(c.ensure_layout().ok());
+  publish(c, 'a', 200000, '1', 1000);  // oldest, but in use
+  publish(c, 'b', 200000, '2', 2000);
+  publish(c, 'c', 200000, '3', 3000);  // newest
+  mkdir((c.tmp_dir() + "/" + hex('d') + ".1.dead").c_str(), 0700);  // dead importer leftovers
+  auto held = mark_in_use(c, "sha256:" + hex('a'));
+  ck_assert(held.ok());
+  auto r = gc_images(c, 450000);
+  ck_assert_msg(r.ok(), "%s", r.status().message().c_str());
+  ck_assert_int_eq(r->removed, 1);
+  ck_assert(path_exists(c.image_dir("sha256:" + hex('a'))));
+  ck_assert(!path_exists(c.image_dir("sha256:" + hex('b'))));
+  ck_assert(path_exists(c.image_dir("sha256:" + hex('c'))));
+  ck_assert(!path_exists(c.blob_path("sha256:" + hex('2'))));
+  ck_assert(!path_exists(c.tmp_dir() + "/" + hex('d') + ".1.dead"));
+  ck_assert_uint_le(r->kept_bytes, 450000);
+}
+END_TEST
+
+START_TEST(cache_must_be_ours) {
+  Sandbox sb;
+  std::string open_dir = sb.root + "/shared";
+  mkdir(open_dir.c_str(), 0777);
+  chmod(open_dir.c_str(), 0777);
+  Status st = NodeCache(open_dir).ensure_layout();
+  ck_assert(!st.ok() && st.message().find("writable by others") != std::string::npos);
+  ck_assert(!NodeCache("relative/dir").ensure_layout().ok());
+  ck_assert(default_cache_dir(1234) == "/var/tmp/slipway-1234");
+}
+END_TEST
+
+Suite* make_suite(void) {
+  Suite* s = suite_create("cache");
+  TCase* tc = tcase_create("admin");
+  tcase_add_test(tc, list_rm_and_in_use);
+  tcase_add_test(tc, gc_keeps_recent_and_in_use);
+  tcase_add_test(tc, cache_must_be_ours);
+  suite_add_tcase(s, tc);
+  return s;
+}
