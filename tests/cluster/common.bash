@@ -1,0 +1,168 @@
+# Helpers for Slipway's cluster integration tests, sourced by tests/cluster/run.bash
+# before each test_*.bash file.
+#
+# A test is a function test_NAME in a file tests/cluster/test_FEATURE.bash; it
+# runs in its own subshell under `set -euo pipefail` and fails at the first
+# failed assert_* (or any failed command). Optional hooks in the file:
+# setup_file / teardown_file (once per file), setup / teardown (per test).
+#
+#   run_job CMD...       CMD as the job user in the sandbox, under `timeout`
+#   run_root CMD...      the same as root;  run_host CMD...  on the host itself
+# All three set $status, $output and the array $lines and return 0, like bats'
+# `run`; when CMD fails they log the command, its status and its output (shown
+# by the runner only if the test fails). Then assert on them:
+#   assert_success | assert_failure [STATUS] | assert_output TEXT
+#   assert_output_contains TEXT | assert_output_not_contains TEXT
+#   assert_output_matches REGEX | assert_line_count N | assert_equal EXPECTED ACTUAL [WHAT]
+#   assert_less SECONDS_A SECONDS_B [WHAT] | assert_file_exists PATH | assert_no_file PATH
+#   fail MESSAGE | skip REASON
+
+[[ -n ${SLIPWAY_TEST_COMMON_LOADED:-} ]] && return 0
+SLIPWAY_TEST_COMMON_LOADED=1
+
+REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+readonly REPO_DIR
+readonly SANDBOX=${SLIPWAY_SANDBOX:-$REPO_DIR/contrib/sandbox/slipway-sandbox}
+readonly SANDBOX_DIR=${SLIPWAY_SANDBOX_DIR:-/var/lib/slipway-sandbox}
+# Seconds a job may run before `timeout` kills it: nothing may hang a test.
+JOB_TIMEOUT=${SLIPWAY_JOB_TIMEOUT:-60}
+readonly SKIP_STATUS=77          # exit status of a skipped test (as in automake)
+
+# ------------------------------------------------------------------ running --
+
+# _run CMD...: run CMD, capture status, output and lines; log it if it failed.
+_run() {
+    local restore_e=0
+    [[ $- == *e* ]] && restore_e=1
+    set +e
+    output=$("$@" 2>&1)
+    status=$?
+    ((restore_e)) && set -e
+    mapfile -t lines <<<"$output"
+    [[ -n $output ]] || lines=()
+    if ((status != 0)); then
+        printf '# command: %s\n# status:  %s\n# output:\n%s\n' "$*" "$status" "$(sed 's/^/#   /' <<<"$output")" >&2
+    fi
+    return 0
+}
+
+run_job() { _run "$SANDBOX" exec -- timeout "$JOB_TIMEOUT" "$@"; }
+run_root() { _run "$SANDBOX" exec --root -- timeout "$JOB_TIMEOUT" "$@"; }
+run_host() { _run timeout "$JOB_TIMEOUT" "$@"; }
+
+# Submit a batch script (a file readable by the job user) and wait for it by
+# polling every 0.2 s (`sbatch --wait` polls at 2 s, then 10 s). Sets $status
+# to the job's exit code and $output to its stdout+stderr file.
+run_batch() {
+    local script=$1 out jobid state code i
+    shift
+    out=$(job_user_home)/slurm-batch-$$-$RANDOM.out
+    run_job sbatch --parsable -o "$out" "$@" "$script"
+    ((status == 0)) || return 0
+    jobid=${output%%;*}
+    for ((i = 0; i < JOB_TIMEOUT * 5; i++)); do
+        state=$(job_field "$jobid" JobState)
+        [[ $state =~ ^(PENDING|CONFIGURING|RUNNING|COMPLETING|)$ ]] || break
+        sleep 0.2
+    done
+    code=$(job_field "$jobid" ExitCode)
+    _run cat "$out"
+    rm -f "$out"
+    status=${code%%:*}
+    if [[ $state =~ ^(PENDING|CONFIGURING|RUNNING|COMPLETING|)$ ]]; then
+        "$SANDBOX" exec -- scancel "$jobid" || true
+        echo "# batch job $jobid still $state after ${JOB_TIMEOUT}s: cancelled" >&2
+        status=124
+    elif [[ $state != COMPLETED && ${status:-0} -eq 0 ]]; then
+        status=1
+    fi
+}
+
+# One field of `scontrol show job`, e.g. job_field 12 JobState.
+job_field() {
+    "$SANDBOX" exec -- scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"
+}
+
+job_user_home() { getent passwd slwuser | cut -d: -f6; }
+
+# ---------------------------------------------------------------- sandbox --
+
+sandbox_is_up() {
+    local report
+    report=$("$SANDBOX" status 2>/dev/null) || return 1
+    [[ $report =~ (^|$'\n')slurmctld\ +running ]]
+}
+
+# Bring the sandbox up (idempotent, fast when it is up already).
+require_sandbox() { "$SANDBOX" up >/dev/null 2>&1 || fail "slipway-sandbox up failed; see $SANDBOX_DIR/log"; }
+
+# Build (cached) and push test images; require_images busybox layers
+require_images() { "$SANDBOX" images "$@" >/dev/null 2>&1 || fail "slipway-sandbox images $* failed"; }
+
+image_ref() { "$SANDBOX" image "$1"; }
+
+# Whether the plugin is installed in plugstack.conf (tests of it skip otherwise).
+require_plugin() {
+    grep -q '^required' "$SANDBOX_DIR/etc/plugstack.conf" 2>/dev/null \
+        || skip "spank_slipway.so is not in plugstack.conf (build it, then slipway-sandbox up)"
+}
+
+# --------------------------------------------------------------- asserting --
+
+fail() {
+    echo "FAILED: $*" >&2
+    exit 1
+}
+
+skip() {
+    echo "SKIPPED: $*" >&2
+    exit "$SKIP_STATUS"
+}
+
+assert_success() {
+    ((status == 0)) || fail "expected success, got status $status"
+}
+
+assert_failure() {
+    if (($# == 0)); then
+        ((status != 0)) || fail "expected a failure, got status 0"
+    else
+        ((status == $1)) || fail "expected status $1, got $status"
+    fi
+}
+
+assert_equal() {
+    [[ $1 == "$2" ]] || fail "${3:-value}: expected '$1', got '$2'"
+}
+
+assert_output() {
+    [[ $output == "$1" ]] || fail "expected output:"$'\n'"$1"$'\n'"got:"$'\n'"$output"
+}
+
+assert_output_contains() {
+    [[ $output == *"$1"* ]] || fail "output does not contain '$1':"$'\n'"$output"
+}
+
+assert_output_not_contains() {
+    [[ $output != *"$1"* ]] || fail "output contains '$1':"$'\n'"$output"
+}
+
+assert_output_matches() {
+    [[ $output =~ $1 ]] || fail "output does not match /$1/:"$'\n'"$output"
+}
+
+assert_line_count() {
+    ((${#lines[@]} == $1)) || fail "expected $1 lines, got ${#lines[@]}:"$'\n'"$output"
+}
+
+# assert_less A B [WHAT]: decimal numbers, e.g. durations in seconds.
+assert_less() {
+    awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }' || fail "${3:-value} $1 is not below $2"
+}
+
+assert_file_exists() { [[ -e $1 ]] || fail "$1 does not exist"; }
+assert_no_file() { [[ ! -e $1 ]] || fail "$1 exists"; }
+
+# Seconds since the epoch with milliseconds, for timing: t0=$(now); ...; elapsed $t0
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }

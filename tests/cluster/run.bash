@@ -1,0 +1,82 @@
+#!/bin/bash
+# Run Slipway's cluster integration tests: run.bash [-f REGEX] FILE...
+#
+# Each FILE (tests/cluster/test_*.bash) defines functions test_*; they run in
+# file order, each in its own subshell under `set -euo pipefail`, after
+# common.bash and the file are sourced. Prints `ok`, `FAIL` or `skip` per test
+# (with the test's log when it fails or skips), then `N passed, N failed,
+# N skipped`; exits non-zero if any test failed. -f runs only matching tests.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly HERE
+passed=0 failed=0 skipped=0
+filter=.
+
+# The test functions of a file, in the order they are written.
+list_tests() {
+    sed -n 's/^\(function[[:space:]]\+\)\{0,1\}\(test_[A-Za-z0-9_]*\)[[:space:]]*().*/\2/p' "$1" | grep -E -- "$filter"
+}
+
+# Run one test in a subshell; its output goes to LOG. Returns its status.
+run_one() {
+    local name=$1 log=$2
+    (
+        set -euo pipefail
+        if declare -F setup >/dev/null; then setup; fi
+        trap 'if declare -F teardown >/dev/null; then teardown; fi' EXIT
+        "$name"
+    ) >"$log" 2>&1
+}
+
+report() {               # report WORD NAME SECONDS [LOG]
+    printf '%-4s %s (%ss)\n' "$1" "$2" "$3"
+    [[ -z ${4:-} ]] || sed 's/^/     | /' "$4"
+}
+
+# Run every test of one file, in a subshell so files do not see each other.
+run_file() {
+    local file=$1 name log rc t0
+    (
+        source "$HERE/common.bash"
+        # shellcheck source=/dev/null
+        source "$file"
+        echo "# $(basename "$file")"
+        if declare -F setup_file >/dev/null && ! setup_file; then
+            echo "FAIL setup_file of $file: skipping its tests"
+            exit 1
+        fi
+        log=$(mktemp)
+        for name in $(list_tests "$file"); do
+            t0=$(date +%s.%N)
+            run_one "$name" "$log"
+            rc=$?
+            secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+            case $rc in
+                0) report ok "$name" "$secs"; echo pass >>"$TALLY" ;;
+                "$SKIP_STATUS") report skip "$name" "$secs" "$log"; echo skip >>"$TALLY" ;;
+                *) report FAIL "$name" "$secs" "$log"; echo fail >>"$TALLY" ;;
+            esac
+        done
+        rm -f "$log"
+        if declare -F teardown_file >/dev/null; then teardown_file || echo "warning: teardown_file of $file failed"; fi
+    )
+}
+
+main() {
+    if [[ ${1:-} == -f ]]; then filter=$2; shift 2; fi
+    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '2,8s/^# \{0,1\}//p' "$0"; exit 2; }
+    TALLY=$(mktemp)
+    export TALLY
+    local file
+    for file in "$@"; do
+        [[ -f $file ]] || { echo "no such test file: $file"; echo fail >>"$TALLY"; continue; }
+        run_file "$(readlink -f "$file")" || echo fail >>"$TALLY"
+    done
+    passed=$(grep -c pass "$TALLY") failed=$(grep -c fail "$TALLY") skipped=$(grep -c skip "$TALLY")
+    rm -f "$TALLY"
+    echo "$passed passed, $failed failed, $skipped skipped"
+    ((failed == 0))
+}
+
+main "$@"

@@ -1,0 +1,179 @@
+# Tests of contrib/sandbox/slipway-sandbox itself: up (idempotent, fast),
+# the nodes it makes, exec, the registry and test images, and down (leaves
+# nothing behind). Run: tests/cluster/run.bash tests/cluster/test_sandbox.bash
+# The sandbox is left as it was found: up if it was up, down otherwise.
+
+setup_file() {
+    WAS_UP=0
+    if sandbox_is_up; then WAS_UP=1; fi
+    require_sandbox
+}
+
+teardown_file() {
+    if ((WAS_UP)); then "$SANDBOX" up >/dev/null 2>&1; else "$SANDBOX" down >/dev/null 2>&1; fi
+}
+
+# The pids recorded for the sandbox's daemons, one per line.
+daemon_pids() { cat "$SANDBOX_DIR"/run/*.pid 2>/dev/null | sort -u; }
+
+test_up_from_down_brings_4_idle_nodes_within_10s() {
+    "$SANDBOX" down >/dev/null 2>&1
+    local t0
+    t0=$(now)
+    run_host "$SANDBOX" up
+    assert_success
+    assert_less "$(elapsed "$t0")" 10 "seconds for up"
+    run_root sinfo -h -N -o '%N %t'
+    assert_output "$(printf 'node%s idle\n' 1 2 3 4)"
+}
+
+test_up_twice_is_idempotent_and_restarts_nothing() {
+    local before t0
+    before=$(daemon_pids)
+    t0=$(now)
+    run_host "$SANDBOX" up
+    assert_success
+    assert_less "$(elapsed "$t0")" 2 "seconds for a second up"
+    assert_equal "$before" "$(daemon_pids)" "daemon pids"
+}
+
+test_srun_spans_4_nodes_with_own_hostnames_and_addresses() {
+    run_job srun -N4 --ntasks-per-node=2 -K sh -c 'echo $(hostname) $(hostname -i)'
+    assert_success
+    output=$(sort <<<"$output")
+    assert_output "$(for i in 1 1 2 2 3 3 4 4; do echo "node$i 10.77.0.1$i"; done)"
+}
+
+test_8_tasks_fit_on_one_node() {
+    run_job srun -N1 -n8 -K hostname
+    assert_success
+    assert_line_count 8
+}
+
+test_nodes_have_private_tmp_and_var_tmp() {
+    run_job srun -N4 --ntasks-per-node=1 -K sh -c \
+        'touch /tmp/slipway-test-$SLURM_NODEID /var/tmp/slipway-test-$SLURM_NODEID;
+         ls /tmp /var/tmp | grep -c slipway-test-; rm -f /tmp/slipway-test-* /var/tmp/slipway-test-*'
+    assert_success
+    assert_output "$(printf '2\n2\n2\n2')"
+}
+
+test_pmix_is_the_default_mpi() {
+    run_job srun -N2 -n4 -K sh -c 'echo "$SLURM_MPI_TYPE $PMIX_RANK"'
+    assert_success
+    assert_equal "pmix 0 pmix 1 pmix 2 pmix 3" "$(sort <<<"$output" | tr '\n' ' ' | sed 's/ $//')" "mpi type and ranks"
+}
+
+test_openmpi_allreduce_across_nodes() {
+    command -v mpicc >/dev/null || skip "mpicc not installed (libopenmpi-dev)"
+    local dir
+    dir=$(job_user_home)/test-sandbox-mpi
+    mkdir -p "$dir"
+    cat >"$dir/allreduce.c" <<'SRC'
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, size, sum;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("size %d sum %d\n", size, sum);
+    MPI_Finalize();
+    return 0;
+}
+SRC
+    mpicc -o "$dir/allreduce" "$dir/allreduce.c" || fail "mpicc failed"
+    chmod -R a+rX "$dir"
+    run_job srun -N4 -n8 -K "$dir/allreduce"
+    rm -rf "$dir"
+    assert_success
+    assert_output "size 8 sum 28"
+}
+
+test_sbatch_and_salloc_run_steps() {
+    local script
+    script=$(job_user_home)/test-sandbox-batch.sh
+    printf '#!/bin/sh\nsrun -K -N2 hostname | sort\n' >"$script"
+    chmod 0644 "$script"
+    run_batch "$script" -N2
+    rm -f "$script"
+    assert_success
+    assert_output "$(printf 'node1\nnode2')"
+    run_job salloc -Q -N2 srun -K hostname
+    assert_success
+    assert_line_count 2
+}
+
+test_exec_passes_stdin_exit_status_and_user() {
+    _run "$SANDBOX" exec -- sh -c 'read -r line; echo "$(id -un) $line"; exit 7' <<<"hello"
+    assert_failure 7
+    assert_output "slwuser hello"
+    run_root id -u
+    assert_output 0
+}
+
+test_daemons_listen_only_on_the_sandbox_network() {
+    run_host ss -Hltn
+    assert_success
+    assert_output_contains "10.77.0.1:5000 "
+    assert_output_contains "10.77.0.1:6817 "
+    run_host ss -Hltnp
+    if grep -E 'slurmctld|docker-registry|munged' <<<"$output" | grep -vE '10\.77\.0\.1:|127\.0\.0\.1:'; then
+        fail "a sandbox daemon listens outside 10.77.0.1 / loopback"
+    fi
+}
+
+test_images_build_cached_and_push() {
+    local t0
+    run_host "$SANDBOX" images busybox layers
+    assert_success
+    t0=$(now)
+    run_host "$SANDBOX" images busybox layers
+    assert_success
+    assert_less "$(elapsed "$t0")" 5 "seconds for cached images"
+    run_host skopeo inspect --tls-verify=false "docker://$(image_ref busybox)"
+    assert_success
+    assert_output_contains '"Architecture": "amd64"'
+    assert_equal 10.77.0.1:5000/slipway/busybox:latest "$(image_ref busybox)" "image reference"
+}
+
+test_registry_logs_method_and_path() {
+    require_images busybox
+    run_host skopeo inspect --raw --tls-verify=false "docker://$(image_ref busybox)"
+    assert_success
+    grep -q '"GET /v2/slipway/busybox/manifests/latest HTTP' "$SANDBOX_DIR/log/registry-access.log" \
+        || fail "no manifest request in $SANDBOX_DIR/log/registry-access.log"
+}
+
+test_layers_expected_matches_umoci_unpack() {
+    local layout work
+    layout=$("$REPO_DIR/contrib/images/build-image" layers | cut -d' ' -f2)
+    work=$(mktemp -d)
+    run_host umoci unpack --rootless --image "$layout:latest" "$work/bundle"
+    assert_success
+    run_host "$REPO_DIR/contrib/images/tree-manifest" "$work/bundle/rootfs"
+    rm -rf "$work"
+    assert_success
+    assert_output "$(cat "$REPO_DIR/contrib/images/layers.expected")"
+}
+
+test_down_leaves_nothing_behind() {
+    local pids pid name
+    pids=$(daemon_pids)
+    [[ -n $pids ]] || fail "no daemon pids recorded before down"
+    run_host "$SANDBOX" down
+    assert_success
+    for pid in $pids; do [[ ! -e /proc/$pid ]] || fail "pid $pid still runs after down"; done
+    # pgrep matches names of at most 15 characters: one name per call.
+    for name in slurmctld slurmd slurmstepd munged docker-registry; do
+        run_host pgrep -a -x "$name"
+        assert_failure 1
+    done
+    [[ -z $(findmnt -rn | grep -F slipway) ]] || fail "mounts left: $(findmnt -rn | grep -F slipway)"
+    [[ -z $(ip netns list | grep slw-) ]] || fail "network namespaces left: $(ip netns list)"
+    ! ip link show slwbr0 >/dev/null 2>&1 || fail "bridge slwbr0 left"
+    assert_no_file "$SANDBOX_DIR/etc/plugstack.conf"
+    run_host "$SANDBOX" down
+    assert_success
+}
