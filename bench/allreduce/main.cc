@@ -1,0 +1,142 @@
+// allreduce_bench: run under mpirun (e.g. `mpirun -np 2 allreduce_bench`). For each size from
+// --min to --max bytes (x4 steps by default) every implementation runs the same float32 sum in
+// place; the table prints nccl-tests columns per implementation, then ratios and the fraction
+// of the memory-copy bound (busbw bound = per-rank concurrent copy GB/s x 2(n-1)/n).
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "harness.h"
+
+namespace bench {
+namespace {
+
+struct Result {
+  double time_us = 0, algbw = 0, busbw = 0;
+  long wrong = 0;
+};
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double max_over_ranks(double v) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+// Elements != n(n+1)/2 after one allreduce of (rank+1), summed over ranks.
+long count_wrong(Impl& impl, std::vector<float>& buf, size_t count, const World& w) {
+  std::fill(buf.begin(), buf.begin() + static_cast<long>(count), static_cast<float>(w.rank + 1));
+  impl.allreduce(buf.data(), count);
+  float want = static_cast<float>(w.size * (w.size + 1) / 2);
+  long wrong = 0, total = 0;
+  for (size_t i = 0; i < count; ++i) wrong += buf[i] != want;
+  MPI_Allreduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return total;
+}
+
+Result measure(Impl& impl, std::vector<float>& buf, size_t count, const World& w) {
+  Result r;
+  r.wrong = count_wrong(impl, buf, count, w);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = now();
+  impl.allreduce(buf.data(), count);  // warm-up, also sizes the loop
+  int iters = static_cast<int>(std::clamp(0.25 / std::max(max_over_ranks(now() - t0), 1e-7), 2.0, 200.0));
+  MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  t0 = now();
+  for (int i = 0; i < iters; ++i) impl.allreduce(buf.data(), count);
+  double secs = max_over_ranks(now() - t0) / iters;
+  double bytes = static_cast<double>(count) * sizeof(float);
+  r.time_us = secs * 1e6;
+  r.algbw = bytes / secs / 1e9;
+  r.busbw = r.algbw * 2.0 * (w.size - 1) / w.size;
+  return r;
+}
+
+// STREAM-style copy: every rank copies `bytes` at once; returns per-rank GB/s.
+double copy_bandwidth(size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, max_over_ranks(now() - t0));
+  }
+  return static_cast<double>(bytes) / best / 1e9;
+}
+
+size_t parse_size(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (*end == 'K' || *end == 'k') v *= 1024;
+  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
+  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+  return static_cast<size_t>(v);
+}
+
+}  // namespace
+}  // namespace bench
+
+int main(int argc, char** argv) {
+  using namespace bench;
+  MPI_Init(&argc, &argv);
+  World w;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  size_t min_bytes = 4096, max_bytes = 256u << 20, factor = 4;
+  std::vector<std::string> which = {"libtrain", "openmpi", "gloo"};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--min")) min_bytes = parse_size(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--max")) max_bytes = parse_size(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--factor")) factor = parse_size(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--only")) which = {argv[i + 1]};
+  }
+  char host[256] = {};
+  if (w.rank == 0) gethostname(host, sizeof(host) - 1);
+  MPI_Bcast(host, sizeof(host), MPI_CHAR, 0, MPI_COMM_WORLD);
+  w.master_host = host;
+
+  std::vector<std::unique_ptr<Impl>> impls;
+  for (const auto& name : which) {
+    if (name == "libtrain") impls.push_back(make_libtrain(w));
+    if (name == "openmpi") impls.push_back(make_mpi(w));
+    if (name == "gloo") impls.push_back(make_gloo(w));
+  }
+  double copy = copy_bandwidth(std::min<size_t>(max_bytes, 256u << 20));
+  double bound = copy * 2.0 * (w.size - 1) / w.size;
+  std::vector<float> buf(max_bytes / sizeof(float));
+  if (w.rank == 0) {
+    std::printf("# allreduce float32 sum, %d ranks; copy bound: %.2f GB/s per rank -> busbw bound %.2f GB/s\n",
+                w.size, copy, bound);
+    std::printf("#%11s %12s %6s", "size", "count", "type");
+    for (auto& impl : impls)
+      std::printf(" | %-8s %9s %7s %7s %5s", impl->name().c_str(), "time(us)", "algbw", "busbw", "wrong");
+    std::printf(" | %s\n", impls.size() == 3 ? "lt/mpi lt/gloo lt/bound" : "");
+  }
+  for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+    size_t count = bytes / sizeof(float);
+    std::vector<Result> results;
+    for (auto& impl : impls) results.push_back(measure(*impl, buf, count, w));
+    if (w.rank != 0) continue;
+    std::printf("%12zu %12zu %6s", bytes, count, "float");
+    for (auto& r : results)
+      std::printf(" | %8s %9.1f %7.2f %7.2f %5ld", "", r.time_us, r.algbw, r.busbw, r.wrong);
+    if (results.size() == 3)
+      std::printf(" | %6.2f %7.2f %8.2f", results[0].busbw / results[1].busbw,
+                  results[0].busbw / results[2].busbw, results[0].busbw / bound);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  impls.clear();
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Data-parallel numpy MLP on Fashion-MNIST with libtrain.
+
+    srun --mpi=pmix -N4 -n8 --container-image=<demo> python3 train.py
+    python3 train.py                     # one process: the reference accuracy
+
+Every rank reads the IDX files, takes its share of each global batch (same global batch for any
+number of ranks, so accuracy matches the single-process run), averages gradients with
+DistributedOptimizer, and rank 0 evaluates and checkpoints.
+"""
+import argparse
+import gzip
+import os
+import time
+
+import numpy as np
+
+import libtrain
+
+DATA = os.environ.get("FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+
+
+def read_idx(name):
+    with gzip.open(os.path.join(DATA, name), "rb") as f:
+        raw = f.read()
+    dims = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load(split):
+    prefix = "train" if split == "train" else "t10k"
+    x = read_idx(f"{prefix}-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255.0
+    y = read_idx(f"{prefix}-labels-idx1-ubyte.gz").astype(np.int64)
+    return x, y
+
+
+def init_params(hidden, seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "w1": (rng.standard_normal((784, hidden)) * np.sqrt(2 / 784)).astype(np.float32),
+        "b1": np.zeros(hidden, np.float32),
+        "w2": (rng.standard_normal((hidden, 10)) * np.sqrt(2 / hidden)).astype(np.float32),
+        "b2": np.zeros(10, np.float32),
+    }
+
+
+def forward_backward(p, x, y, scale):
+    """Loss gradients of the mean cross-entropy over the *global* batch (scale = 1/global)."""
+    h = np.maximum(x @ p["w1"] + p["b1"], 0)
+    logits = h @ p["w2"] + p["b2"]
+    logits -= logits.max(axis=1, keepdims=True)
+    prob = np.exp(logits)
+    prob /= prob.sum(axis=1, keepdims=True)
+    prob[np.arange(len(y)), y] -= 1
+    d_logits = prob * scale
+    dh = (d_logits @ p["w2"].T) * (h > 0)
+    return [x.T @ dh, dh.sum(0), h.T @ d_logits, d_logits.sum(0)]
+
+
+def accuracy(p, x, y):
+    h = np.maximum(x @ p["w1"] + p["b1"], 0)
+    return float(((h @ p["w2"] + p["b2"]).argmax(1) == y).mean())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=256, help="global batch size")
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--checkpoint", default="")
+    args = ap.parse_args()
+
+    libtrain.init()
+    rank, size = libtrain.rank(), libtrain.size()
+    x, y = load("train")
+    xt, yt = load("test")
+    params = init_params(args.hidden, seed=1234 + rank)  # differ on purpose: broadcast fixes it
+    libtrain.broadcast_parameters(params, root=0)
+    names = ["w1", "b1", "w2", "b2"]
+    opt = libtrain.DistributedOptimizer(libtrain.SGD([params[n] for n in names], lr=args.lr, momentum=0.9))
+    if args.checkpoint:
+        libtrain.load_checkpoint(args.checkpoint, params)
+
+    steps = len(x) // args.batch
+    for epoch in range(args.epochs):
+        perm = np.random.default_rng(epoch).permutation(len(x))  # same on every rank
+        start = time.time()
+        for step in range(steps):
+            mine = perm[step * args.batch:(step + 1) * args.batch][rank::size]
+            grads = forward_backward(params, x[mine], y[mine], scale=size / args.batch)
+            opt.step(grads)  # average over ranks = gradient of the global batch
+        acc = accuracy(params, xt, yt)
+        if rank == 0:
+            print(f"epoch {epoch + 1}: test accuracy {acc:.4f} ({time.time() - start:.1f} s, "
+                  f"{size} ranks, global batch {args.batch})", flush=True)
+        if args.checkpoint:
+            libtrain.save_checkpoint(args.checkpoint, params)
+    if rank == 0:
+        print(f"final test accuracy {acc:.4f}")
+    libtrain.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+// Communicator: the collectives of one group of ranks. Inside a node the ranks share one memory
+// segment; across nodes the node leaders form a TCP ring (hierarchical: reduce in the node, ring
+// across nodes, broadcast back). Every collective runs on one background thread in call order,
+// so the *_async forms overlap communication with the caller's computation.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "libtrain/store.h"
+#include "libtrain/types.h"
+
+namespace libtrain {
+
+class Timeline;
+
+struct CommunicatorOptions {
+  Seconds timeout{300.0};            // LIBTRAIN_TIMEOUT: no wait lasts longer
+  size_t shm_chunk_bytes = 256 << 10;  // LIBTRAIN_SHM_CHUNK: per-rank slot (L2-sized pipeline chunk)
+  size_t shm_one_phase_bytes = 64 << 10;  // LIBTRAIN_SHM_ONE_PHASE: chunks up to this take 1 barrier
+  std::string prefix = "libtrain";   // store namespace; distinct per communicator sharing a store
+  std::shared_ptr<Timeline> timeline;  // LIBTRAIN_TIMELINE: records every collective when set
+  static CommunicatorOptions from_env();
+};
+
+struct Topology {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;
+  int node_index = 0, node_count = 1;
+};
+
+// Completion of an asynchronous collective. wait() rethrows the collective's error.
+class Work {
+ public:
+  struct State;
+  Work() = default;
+  explicit Work(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  void wait();
+  bool is_done() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class Communicator {
+ public:
+  // Collective over all `size` ranks: every rank constructs one with the same store and prefix.
+  // `node`: ranks with equal node names use shared memory between them.
+  Communicator(std::shared_ptr<Store> store, int rank, int size, const std::string& node,
+               CommunicatorOptions options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  const Topology& topology() const { return topo_; }
+  int rank() const { return topo_.rank; }
+  int size() const { return topo_.size; }
+  int local_rank() const { return topo_.local_rank; }
+  int local_size() const { return topo_.local_size; }
+
+  // In place. Buffers must stay valid until the Work completes.
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op);
+  Work allreduce_async(void* data, size_t count, DataType dtype, ReduceOp op, std::string name = {});
+  void broadcast(void* data, size_t count, DataType dtype, int root);
+  Work broadcast_async(void* data, size_t count, DataType dtype, int root, std::string name = {});
+  // out holds size() * count elements, rank r's contribution at r * count.
+  void allgather(const void* in, void* out, size_t count, DataType dtype);
+  Work allgather_async(const void* in, void* out, size_t count, DataType dtype, std::string name = {});
+  void barrier();
+
+ private:
+  class Engine;
+  class Worker;
+  Work run(std::string name, const std::string& args, std::function<void()> body);
+  void run_sync(std::string name, const std::string& args, std::function<void()> body);
+
+  Topology topo_;
+  std::shared_ptr<Timeline> timeline_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Worker> worker_;  // declared last: destroyed (drained) first
+};
+
+}  // namespace libtrain

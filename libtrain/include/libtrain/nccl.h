@@ -1,0 +1,37 @@
+// NcclCommunicator: collectives on GPU buffers through NCCL, built when CUDA and NCCL are found
+// (LIBTRAIN_HAVE_NCCL). The NCCL unique id travels through the same Store as everything else.
+// Waits poll the stream and ncclCommGetAsyncError, and abort the communicator past the timeout.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "libtrain/store.h"
+#include "libtrain/types.h"
+
+namespace libtrain {
+
+bool nccl_available();     // compiled in
+int cuda_device_count();   // 0 without a driver or GPU (never throws)
+
+class NcclCommunicator {
+ public:
+  // Collective. `device` < 0 picks local_rank % device count.
+  NcclCommunicator(Store& store, int rank, int size, int local_rank, Seconds timeout, int device = -1);
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  // Device buffers, enqueued on the communicator's stream; call synchronize() (or pass your own
+  // ordering) before reading results on the host.
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op);
+  void broadcast(void* data, size_t count, DataType dtype, int root);
+  void allgather(const void* in, void* out, size_t count, DataType dtype);
+  void synchronize();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace libtrain

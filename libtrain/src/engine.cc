@@ -1,0 +1,162 @@
+// Engine: topology discovery through the store, transport setup, and the collectives composed
+// from the node's shared memory (ShmGroup) and the leaders' ring (TcpRing). Broadcast and
+// allgather across nodes reuse the allreduce path with a bitwise OR over bytes (non-contributors
+// send zeros), which is exact for every dtype.
+#include "engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "libtrain/errors.h"
+
+namespace libtrain {
+
+using detail::OpHeader;
+
+Communicator::Engine::Engine(Store& store, int rank, int size, const std::string& node,
+                             const CommunicatorOptions& opts)
+    : opts_(opts) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw InvalidArgument("libtrain: rank " + std::to_string(rank) + " outside a world of " +
+                          std::to_string(size));
+  topo_.rank = rank;
+  topo_.size = size;
+  discover(store, node);
+  connect(store);
+}
+
+Communicator::Engine::~Engine() = default;
+
+void Communicator::Engine::discover(Store& store, const std::string& node) {
+  store.set("node/" + std::to_string(topo_.rank), to_bytes(node));
+  store.publish(opts_.timeout);
+  std::map<std::string, std::vector<int>> by_node;
+  std::vector<std::string> names;
+  for (int r = 0; r < topo_.size; ++r) {
+    std::string name = to_string(store.get("node/" + std::to_string(r), opts_.timeout));
+    by_node[name].push_back(r);  // ranks ascend, so each list is sorted
+    if (by_node[name].size() == 1) leaders_.push_back(r);
+    names.push_back(name);
+  }
+  local_ranks_ = by_node[node];
+  topo_.local_size = static_cast<int>(local_ranks_.size());
+  topo_.local_rank = static_cast<int>(std::find(local_ranks_.begin(), local_ranks_.end(), topo_.rank) -
+                                      local_ranks_.begin());
+  topo_.node_count = static_cast<int>(leaders_.size());
+  topo_.node_index = static_cast<int>(std::find(leaders_.begin(), leaders_.end(), local_ranks_[0]) -
+                                      leaders_.begin());
+}
+
+void Communicator::Engine::connect(Store& store) {
+  bool leader = topo_.local_rank == 0;
+  std::string key = "shm/" + std::to_string(local_ranks_[0]);
+  if (topo_.local_size > 1 && leader) {
+    std::string name = detail::ShmGroup::create_name();
+    shm_ = std::make_unique<detail::ShmGroup>(name, true, 0, topo_.local_size, opts_.shm_chunk_bytes,
+                                              opts_.timeout);
+    store.set(key, to_bytes(name));
+  }
+  if (topo_.node_count > 1 && leader)
+    ring_ = std::make_unique<detail::TcpRing>(store, topo_.rank, leaders_, false, opts_.timeout);
+  store.publish(opts_.timeout);
+  if (topo_.local_size > 1 && !leader)
+    shm_ = std::make_unique<detail::ShmGroup>(to_string(store.get(key, opts_.timeout)), false,
+                                              topo_.local_rank, topo_.local_size,
+                                              opts_.shm_chunk_bytes, opts_.timeout);
+  if (ring_) ring_->connect(store);
+  if (shm_) {
+    shm_->set_one_phase_bytes(opts_.shm_one_phase_bytes);
+    shm_->wait_attached();
+  }
+}
+
+void Communicator::Engine::fail(const std::string& why) noexcept {
+  if (broken_.empty()) broken_ = why;
+  if (shm_) shm_->abort(why);
+  if (ring_) ring_->close();
+}
+
+template <typename Fn>
+void Communicator::Engine::guarded(const OpHeader& h, Fn&& body) {
+  if (!broken_.empty())
+    throw PeerError("libtrain: the communicator failed earlier (" + broken_ +
+                    "); create a new one");
+  try {
+    agree(h);
+    body();
+    if (shm_) shm_->finish();  // the header check, when the collective had no barrier of its own
+  } catch (const std::exception& e) {
+    fail(e.what());
+    throw;
+  }
+}
+
+void Communicator::Engine::agree(const OpHeader& h) {
+  if (shm_) shm_->agree(h);
+  if (ring_) ring_->agree(h);
+}
+
+void Communicator::Engine::hierarchical_allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kAverage) op = ReduceOp::kSum;
+  if (shm_) shm_->allreduce(data, count, dtype, op);
+  if (ring_) ring_->allreduce(data, count, dtype, op);
+  if (shm_ && topo_.node_count > 1) shm_->broadcast(data, count * dtype_size(dtype), 0);
+}
+
+void Communicator::Engine::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  check_op(dtype, op);
+  OpHeader h{++seq_, count, static_cast<uint8_t>(Collective::kAllreduce),
+             static_cast<uint8_t>(dtype), static_cast<uint8_t>(op), 0};
+  guarded(h, [&] {
+    hierarchical_allreduce(data, count, dtype, op);
+    if (op == ReduceOp::kAverage) apply_average(data, count, dtype, topo_.size);
+  });
+}
+
+void Communicator::Engine::broadcast(void* data, size_t count, DataType dtype, int root) {
+  if (root < 0 || root >= topo_.size)
+    throw InvalidArgument("libtrain: broadcast root " + std::to_string(root) + " outside a world of " +
+                          std::to_string(topo_.size));
+  size_t bytes = count * dtype_size(dtype);
+  OpHeader h{++seq_, count, static_cast<uint8_t>(Collective::kBroadcast), static_cast<uint8_t>(dtype),
+             0, root};
+  guarded(h, [&] {
+    if (topo_.node_count == 1) {
+      if (shm_) shm_->broadcast(data, bytes, root);  // one node: local rank == global rank
+      return;
+    }
+    if (topo_.rank != root && bytes) std::memset(data, 0, bytes);
+    hierarchical_allreduce(data, bytes, DataType::kUint8, ReduceOp::kBitOr);
+  });
+}
+
+void Communicator::Engine::allgather(const void* in, void* out, size_t count, DataType dtype) {
+  size_t bytes = count * dtype_size(dtype);
+  OpHeader h{++seq_, count, static_cast<uint8_t>(Collective::kAllgather), static_cast<uint8_t>(dtype),
+             0, 0};
+  guarded(h, [&] {
+    auto* o = static_cast<uint8_t*>(out);
+    if (topo_.node_count == 1 && shm_) return shm_->allgather(in, out, bytes);
+    size_t total = bytes * static_cast<size_t>(topo_.size), mine = bytes * static_cast<size_t>(topo_.rank);
+    if (in != o + mine) {
+      if (total) std::memset(o, 0, total);
+      if (bytes) std::memmove(o + mine, in, bytes);
+    } else {
+      if (mine) std::memset(o, 0, mine);
+      if (total > mine + bytes) std::memset(o + mine + bytes, 0, total - mine - bytes);
+    }
+    hierarchical_allreduce(out, total, DataType::kUint8, ReduceOp::kBitOr);
+  });
+}
+
+void Communicator::Engine::barrier() {
+  OpHeader h{++seq_, 0, static_cast<uint8_t>(Collective::kBarrier), 0, 0, 0};
+  guarded(h, [&] {
+    if (topo_.node_count == 1) return;  // agree() was the node barrier
+    std::vector<uint8_t> token(static_cast<size_t>(topo_.node_count), 1);
+    hierarchical_allreduce(token.data(), token.size(), DataType::kUint8, ReduceOp::kBitOr);
+  });
+}
+
+}  // namespace libtrain

@@ -1,0 +1,270 @@
+// Shared-memory collectives inside a node. Allreduce: every rank copies its chunk into its slot,
+// then reduces its 1/n slice of the chunk across all slots (reading peers' memory directly), then
+// copies every slice back: 2 barriers per chunk, no sockets. Waits spin briefly, then sleep on a
+// futex in the segment (FUTEX_WAIT on shared memory works across processes: futex(2)), checking
+// the abort flag, peer liveness and the deadline every 20 ms.
+// Slot reuse: chunk c writes buffer c%2 only after passing the first barrier of chunk c-1, which
+// every rank reaches only after it finished reading chunk c-2 (the same buffer). The op-header
+// check rides on the first barrier of each collective, so small collectives cost one barrier.
+#include "shm_group.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "libtrain/errors.h"
+#include "socket.h"
+
+namespace libtrain::detail {
+namespace {
+
+constexpr int kMaxLocal = 512;
+constexpr int kSpins = 4000;
+constexpr long kSleepNs = 20'000'000;
+constexpr size_t kAlign = 4096;
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+void futex_wait(std::atomic<uint32_t>* addr, uint32_t expected, long ns) {
+  timespec ts{0, ns};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* addr) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// A pid that no longer runs, or a zombie nobody reaped yet.
+bool is_dead(pid_t pid) {
+  if (::kill(pid, 0) == -1 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() &&
+         (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+}
+
+// [begin, end) of part `i` when `n` elements are split into `parts` near-equal parts.
+void split(size_t n, int parts, int i, size_t& begin, size_t& end) {
+  size_t p = static_cast<size_t>(parts), k = static_cast<size_t>(i);
+  begin = n * k / p;
+  end = n * (k + 1) / p;
+}
+
+}  // namespace
+
+struct ShmGroup::Header {
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> generation;
+  alignas(64) std::atomic<uint32_t> attached;
+  std::atomic<uint32_t> aborted;
+  char abort_msg[512];
+  pid_t pids[kMaxLocal];
+  OpHeader ops[2][kMaxLocal];  // indexed by seq parity: a fast rank never overwrites a live one
+};
+
+std::string describe(const OpHeader& h) {
+  static const char* const kKinds[] = {"allreduce", "broadcast", "allgather", "barrier"};
+  return std::string(h.kind < 4 ? kKinds[h.kind] : "?") + "(count=" + std::to_string(h.count) +
+         ", dtype=" + dtype_name(static_cast<DataType>(h.dtype)) + ", op=" +
+         op_name(static_cast<ReduceOp>(h.op)) + ", root=" + std::to_string(h.root) + ") #" +
+         std::to_string(h.seq);
+}
+
+std::string ShmGroup::create_name() {
+  std::random_device rd;
+  uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "/libtrain-%d-%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(r));
+  return buf;
+}
+
+ShmGroup::ShmGroup(const std::string& name, bool create, int local_rank, int local_size,
+                   size_t slot_bytes, Seconds timeout)
+    : slot_bytes_(round_up(slot_bytes, kAlign)), rank_(local_rank), size_(local_size),
+      timeout_(timeout), name_(name), owner_(create) {
+  if (local_size > kMaxLocal)
+    throw InvalidArgument("libtrain: more than " + std::to_string(kMaxLocal) + " ranks on one node");
+  size_t header = round_up(sizeof(Header), kAlign);
+  map_bytes_ = header + slot_bytes_ * 2 * static_cast<size_t>(local_size);
+  Fd fd(::shm_open(name.c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600));
+  LIBTRAIN_SYS(fd.get(), "shm_open " + name + " (is /dev/shm mounted and shared by the node's ranks?)");
+  if (create) LIBTRAIN_SYS(::ftruncate(fd.get(), static_cast<off_t>(map_bytes_)), "ftruncate " + name);
+  void* p = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) LIBTRAIN_SYS(-1, "mmap " + name);
+  hdr_ = static_cast<Header*>(p);
+  base_ = static_cast<uint8_t*>(p) + header;
+  hdr_->pids[rank_] = ::getpid();
+  hdr_->attached.fetch_add(1);  // a fresh segment is zero-filled: all counters start at 0
+  futex_wake_all(&hdr_->attached);
+}
+
+ShmGroup::~ShmGroup() {
+  if (hdr_) ::munmap(hdr_, map_bytes_);
+  if (owner_ && !name_.empty()) ::shm_unlink(name_.c_str());  // no-op when already unlinked
+}
+
+uint8_t* ShmGroup::slot(int rank, int buf) const {
+  return base_ + slot_bytes_ * static_cast<size_t>(2 * rank + buf);
+}
+
+void ShmGroup::wait_attached() {
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
+  uint32_t n;
+  while ((n = hdr_->attached.load()) < static_cast<uint32_t>(size_)) {
+    if (Clock::now() >= deadline)
+      throw TimeoutError("libtrain: only " + std::to_string(n) + " of " + std::to_string(size_) +
+                         " local ranks attached shared memory " + name_ + " within LIBTRAIN_TIMEOUT");
+    futex_wait(&hdr_->attached, n, kSleepNs);
+  }
+  if (owner_) {
+    ::shm_unlink(name_.c_str());
+    name_.clear();
+  }
+}
+
+void ShmGroup::abort(const std::string& why) noexcept {
+  uint32_t expected = 0;
+  if (hdr_->aborted.compare_exchange_strong(expected, 2)) {
+    std::snprintf(hdr_->abort_msg, sizeof(hdr_->abort_msg), "%s", why.c_str());
+    hdr_->aborted.store(1);
+  }
+  futex_wake_all(&hdr_->generation);
+}
+
+void ShmGroup::check_peers() {
+  if (hdr_->aborted.load() == 1)
+    throw PeerError("libtrain: a rank on this node aborted: " + std::string(hdr_->abort_msg));
+  for (int i = 0; i < size_; ++i)
+    if (i != rank_ && is_dead(hdr_->pids[i]))
+      throw PeerError("libtrain: local rank " + std::to_string(i) + " (pid " +
+                      std::to_string(hdr_->pids[i]) + ") died during a collective");
+}
+
+void ShmGroup::wait_generation(uint32_t gen) {
+  // Spinning only helps when every local rank has a core; oversubscribed, it steals the core
+  // the awaited rank needs, so go straight to the futex.
+  static const int spins = static_cast<int>(std::thread::hardware_concurrency());
+  int limit = size_ <= spins ? kSpins : 0;
+  for (int i = 0; i < limit; ++i) {
+    if (hdr_->generation.load(std::memory_order_acquire) != gen) return;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
+  while (hdr_->generation.load(std::memory_order_acquire) == gen) {
+    try {
+      check_peers();
+    } catch (const PeerError&) {
+      // A peer may have completed this barrier and then failed: the barrier still counts.
+      if (hdr_->generation.load() != gen) return;
+      throw;
+    }
+    if (Clock::now() >= deadline)
+      throw TimeoutError("libtrain: local ranks did not reach the same collective within "
+                         "LIBTRAIN_TIMEOUT; a peer hung or stopped calling collectives");
+    futex_wait(&hdr_->generation, gen, kSleepNs);
+  }
+}
+
+void ShmGroup::barrier() {
+  if (hdr_->aborted.load()) check_peers();
+  uint32_t gen = hdr_->generation.load(std::memory_order_acquire);
+  if (hdr_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(size_)) {
+    hdr_->arrived.store(0, std::memory_order_relaxed);
+    hdr_->generation.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&hdr_->generation);
+  } else {
+    wait_generation(gen);
+  }
+  if (pending_) check_headers();
+}
+
+void ShmGroup::agree(const OpHeader& mine) {
+  hdr_->ops[mine.seq & 1][rank_] = mine;
+  pending_ = &hdr_->ops[mine.seq & 1][rank_];
+}
+
+void ShmGroup::finish() {
+  if (pending_) barrier();
+}
+
+void ShmGroup::check_headers() {
+  OpHeader mine = *pending_;
+  pending_ = nullptr;
+  const auto& table = hdr_->ops[mine.seq & 1];
+  for (int i = 0; i < size_; ++i)
+    if (!(table[i] == mine))
+      throw MismatchError("libtrain: ranks disagree on the collective: this rank called " +
+                          describe(mine) + ", local rank " + std::to_string(i) + " called " +
+                          describe(table[i]));
+}
+
+void ShmGroup::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  size_t esize = dtype_size(dtype), chunk = slot_bytes_ / esize;
+  auto* bytes = static_cast<uint8_t*>(data);
+  const void* inputs[kMaxLocal];
+  for (size_t off = 0; off < count; off += chunk) {
+    size_t len = std::min(chunk, count - off);
+    int buf = next_buffer();
+    std::memcpy(slot(rank_, buf), bytes + off * esize, len * esize);
+    barrier();
+    if (len * esize <= one_phase_bytes_) {  // everyone reduces everything: one barrier
+      for (int j = 0; j < size_; ++j) inputs[j] = slot(j, buf);
+      reduce_many(bytes + off * esize, inputs, size_, len, dtype, op);
+      continue;
+    }
+    size_t b, e;
+    split(len, size_, rank_, b, e);
+    for (int j = 0; j < size_; ++j) inputs[j] = slot(j, buf) + b * esize;
+    if (e > b) reduce_many(slot(rank_, buf) + b * esize, inputs, size_, e - b, dtype, op);
+    barrier();
+    for (int j = 0; j < size_; ++j) {
+      split(len, size_, j, b, e);
+      std::memcpy(bytes + (off + b) * esize, slot(j, buf) + b * esize, (e - b) * esize);
+    }
+  }
+}
+
+void ShmGroup::broadcast(void* data, size_t bytes, int root) {
+  auto* p = static_cast<uint8_t*>(data);
+  for (size_t off = 0; off < bytes; off += slot_bytes_) {
+    size_t len = std::min(slot_bytes_, bytes - off);
+    int buf = next_buffer();
+    if (rank_ == root) std::memcpy(slot(root, buf), p + off, len);
+    barrier();
+    if (rank_ != root) std::memcpy(p + off, slot(root, buf), len);
+  }
+}
+
+void ShmGroup::allgather(const void* in, void* out, size_t bytes) {
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (size_t off = 0; off < bytes; off += slot_bytes_) {
+    size_t len = std::min(slot_bytes_, bytes - off);
+    int buf = next_buffer();
+    std::memcpy(slot(rank_, buf), src + off, len);
+    barrier();
+    for (int j = 0; j < size_; ++j)
+      std::memcpy(dst + static_cast<size_t>(j) * bytes + off, slot(j, buf), len);
+  }
+}
+
+}  // namespace libtrain::detail

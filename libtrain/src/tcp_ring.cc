@@ -1,0 +1,129 @@
+// TcpRing setup (address exchange through the store, a hello/ack handshake that rejects strays)
+// and the pipelined ring allreduce.
+#include "tcp_ring.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "libtrain/errors.h"
+
+namespace libtrain::detail {
+namespace {
+
+constexpr uint32_t kMagic = 0x4c545247;  // "LTRG"
+constexpr size_t kReduceChunk = 256 * 1024;
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+TcpRing::TcpRing(Store& store, int rank, std::vector<int> members, bool same_node, Seconds timeout)
+    : rank_(rank), members_(std::move(members)), same_node_(same_node), timeout_(timeout) {
+  index_ = static_cast<int>(std::find(members_.begin(), members_.end(), rank) - members_.begin());
+  listen_ = listen_tcp(port_);
+  std::vector<std::string> addrs = local_addresses();
+  if (same_node_) std::rotate(addrs.begin(), addrs.end() - 1, addrs.end());  // loopback first
+  std::string value = std::to_string(port_);
+  for (const auto& a : addrs) value += "," + a;
+  store.set("tcp/" + std::to_string(rank_), to_bytes(value));
+}
+
+Clock::time_point TcpRing::deadline() const {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
+}
+
+std::string TcpRing::name(int index) const {
+  return "rank " + std::to_string(members_[static_cast<size_t>(index)]);
+}
+
+void TcpRing::connect(Store& store) {
+  int n = size(), next = (index_ + 1) % n, prev = (index_ + n - 1) % n;
+  auto parts = split_list(to_string(store.get("tcp/" + std::to_string(members_[next]), timeout_)));
+  int port = std::stoi(parts.at(0));
+  Hello hello{kMagic, rank_};
+  for (size_t i = 1; i < parts.size() && !next_.valid(); ++i) {
+    next_ = try_connect_tcp(parts[i], port, 2000);
+    if (next_.valid()) set_nodelay_nonblock(next_.get());
+  }
+  if (!next_.valid()) next_ = connect_tcp(parts.at(1), port, deadline());
+  send_all(next_.get(), &hello, sizeof(hello), deadline(), name(next));
+  while (!prev_.valid()) {  // accept until the expected previous member says hello
+    Fd fd = accept_tcp(listen_.get(), deadline());
+    Hello got{};
+    recv_all(fd.get(), &got, sizeof(got), deadline(), "a connecting rank");
+    if (got.magic == kMagic && got.rank == members_[prev]) prev_ = std::move(fd);
+  }
+  send_all(prev_.get(), &hello, sizeof(hello), deadline(), name(prev));
+  Hello ack{};
+  recv_all(next_.get(), &ack, sizeof(ack), deadline(), name(next));
+  if (ack.magic != kMagic || ack.rank != members_[next])
+    throw PeerError("libtrain: the address published by " + name(next) + " reached another process");
+  listen_.reset();
+}
+
+void TcpRing::close() {
+  next_.reset();
+  prev_.reset();
+  listen_.reset();
+}
+
+void TcpRing::step(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                   const std::function<void(size_t)>& on_recv) {
+  int n = size();
+  exchange(next_.get(), send, send_bytes, prev_.get(), recv, recv_bytes, deadline(),
+           name((index_ + 1) % n), name((index_ + n - 1) % n), on_recv);
+}
+
+void TcpRing::agree(const OpHeader& mine) {
+  if (!next_.valid()) throw PeerError("libtrain: the communicator failed earlier; create a new one");
+  OpHeader theirs{};
+  step(&mine, sizeof(mine), &theirs, sizeof(theirs), nullptr);
+  if (!(theirs == mine))
+    throw MismatchError("libtrain: ranks disagree on the collective: this rank called " +
+                        describe(mine) + ", " + name((index_ + size() - 1) % size()) + " called " +
+                        describe(theirs));
+}
+
+void TcpRing::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  int n = size();
+  if (n == 1 || count == 0) return;
+  size_t esize = dtype_size(dtype), cnt = static_cast<size_t>(n);
+  auto seg_begin = [&](int s) { return count * static_cast<size_t>((s % n + n) % n) / cnt; };
+  auto seg_len = [&](int s) { int m = (s % n + n) % n; return count * static_cast<size_t>(m + 1) / cnt - seg_begin(m); };
+  auto* base = static_cast<uint8_t*>(data);
+  scratch_.resize((count / cnt + 1) * esize);
+  for (int s = 0; s < n - 1; ++s) {  // reduce-scatter
+    int send_seg = index_ - s, recv_seg = index_ - s - 1;
+    uint8_t* dst = base + seg_begin(recv_seg) * esize;
+    size_t done = 0, total = seg_len(recv_seg) * esize;
+    auto reduce_ready = [&](size_t got) {
+      size_t ready = (got == total ? got : got / std::max(kReduceChunk, esize) * std::max(kReduceChunk, esize));
+      ready -= ready % esize;
+      if (ready > done) reduce_into(dst + done, scratch_.data() + done, (ready - done) / esize, dtype, op);
+      done = std::max(done, ready);
+    };
+    step(base + seg_begin(send_seg) * esize, seg_len(send_seg) * esize, scratch_.data(), total, reduce_ready);
+  }
+  for (int s = 0; s < n - 1; ++s) {  // allgather
+    int send_seg = index_ + 1 - s, recv_seg = index_ - s;
+    step(base + seg_begin(send_seg) * esize, seg_len(send_seg) * esize,
+         base + seg_begin(recv_seg) * esize, seg_len(recv_seg) * esize, nullptr);
+  }
+}
+
+}  // namespace libtrain::detail

@@ -1,0 +1,136 @@
+// Test helpers: run a function as N ranks, either threads sharing an InMemoryStore or forked
+// processes sharing a TcpStore served by the test process, and closed-form expected values.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "libtrain/communicator.h"
+#include "libtrain/errors.h"
+#include "libtrain/store.h"
+#include "libtrain/tcp_store.h"
+#include "libtrain/types.h"
+
+namespace testing {
+
+using RankFn = std::function<void(int rank, const std::shared_ptr<libtrain::Store>& store)>;
+
+// Runs fn(rank, store) on n threads; returns the first error message ("" when all passed).
+inline std::string run_threads(int n, const RankFn& fn) {
+  auto store = std::make_shared<libtrain::InMemoryStore>();
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r, store);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = "rank " + std::to_string(r) + ": " + e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (!e.empty()) return e;
+  return "";
+}
+
+// Forks n processes running fn(rank, store); each exits with fn's return code (an uncaught
+// exception exits 99). Returns the exit codes by rank (128 + signal when killed).
+inline std::vector<int> run_processes(int n, const std::function<int(int, const std::shared_ptr<libtrain::Store>&)>& fn,
+                                      double timeout_s = 30) {
+  int port = 0;
+  auto server = std::make_shared<libtrain::TcpStore>("127.0.0.1", port, true, libtrain::Seconds(timeout_s));
+  port = server->port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int rc = 99;
+      try {
+        auto store = std::make_shared<libtrain::TcpStore>("127.0.0.1", port, false, libtrain::Seconds(timeout_s));
+        rc = fn(r, store);
+      } catch (...) {
+      }
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(static_cast<size_t>(n), -1);
+  for (int r = 0; r < n; ++r) {
+    int status = 0;
+    waitpid(pids[static_cast<size_t>(r)], &status, 0);
+    codes[static_cast<size_t>(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  return codes;
+}
+
+// Rank r's element i: small signed integers, exact in every dtype (bfloat16 included).
+inline double value_of(int r, size_t i) {
+  double g = static_cast<double>(i % 7 + 1);
+  return (i % 2 ? -1.0 : 1.0) * (r + 1) * g;
+}
+
+inline double expected(libtrain::ReduceOp op, libtrain::DataType dtype, int n, size_t i) {
+  double g = static_cast<double>(i % 7 + 1), s = i % 2 ? -1.0 : 1.0;
+  double sum = s * g * n * (n + 1) / 2;
+  switch (op) {
+    case libtrain::ReduceOp::kSum: return sum;
+    case libtrain::ReduceOp::kMin: return s > 0 ? g : -g * n;
+    case libtrain::ReduceOp::kMax: return s > 0 ? g * n : -g;
+    default: break;
+  }
+  bool integer = dtype == libtrain::DataType::kInt32 || dtype == libtrain::DataType::kInt64;
+  return integer ? std::trunc(sum / n) : sum / n;
+}
+
+inline void store_value(void* buf, libtrain::DataType dtype, size_t i, double v) {
+  using libtrain::DataType;
+  switch (dtype) {
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = libtrain::float_to_half(static_cast<float>(v)); break;
+    case DataType::kBFloat16: static_cast<uint16_t*>(buf)[i] = libtrain::float_to_bfloat16(static_cast<float>(v)); break;
+    case DataType::kUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+  }
+}
+
+inline double load_value(const void* buf, libtrain::DataType dtype, size_t i) {
+  using libtrain::DataType;
+  switch (dtype) {
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kFloat16: return libtrain::half_to_float(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBFloat16: return libtrain::bfloat16_to_float(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kUint8: return static_cast<const uint8_t*>(buf)[i];
+  }
+  return 0;
+}
+
+// Tolerance: exact for sums/min/max of these integers; averages round in the dtype.
+inline double tolerance(libtrain::DataType dtype, double want) {
+  using libtrain::DataType;
+  double rel = dtype == DataType::kFloat16 ? 1e-3 : dtype == DataType::kBFloat16 ? 8e-3
+             : dtype == DataType::kFloat32 ? 1e-6 : 1e-12;
+  return std::fabs(want) * rel;
+}
+
+// The awkward element counts of a collective over n ranks (style.md, tests).
+inline std::vector<size_t> counts_for(int n, size_t large) {
+  size_t un = static_cast<size_t>(n);
+  return {0, 1, un - 1 ? un - 1 : 2, un + 1, large, large / 3 * un + un / 2 + 1};
+}
+
+}  // namespace testing

@@ -1,0 +1,122 @@
+// Allreduce over 1-8 ranks (threads, one InMemoryStore): every dtype x op x awkward count,
+// checked against closed-form values; on one node (shared memory) and on fake nodes
+// (shared memory plus the TCP ring over loopback).
+#include <vector>
+
+#include "ranks.h"
+// check.h last: it defines macros (fail) that clash with <ios>.
+#include "check_main.h"
+
+using namespace libtrain;
+
+static const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                                   DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
+static const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax};
+
+static void check_one(Communicator& comm, int n, size_t count, DataType dtype, ReduceOp op) {
+  std::vector<uint8_t> buf(count * dtype_size(dtype) + 1);
+  for (size_t i = 0; i < count; ++i) testing::store_value(buf.data(), dtype, i, testing::value_of(comm.rank(), i));
+  comm.allreduce(buf.data(), count, dtype, op);
+  for (size_t i = 0; i < count; ++i) {
+    double want = testing::expected(op, dtype, n, i), got = testing::load_value(buf.data(), dtype, i);
+    if (std::fabs(got - want) > testing::tolerance(dtype, want))
+      throw std::runtime_error(std::string("allreduce ") + op_name(op) + " " + dtype_name(dtype) +
+                               " count " + std::to_string(count) + " element " + std::to_string(i) +
+                               ": got " + std::to_string(got) + ", want " + std::to_string(want));
+  }
+}
+
+// Every combination for n ranks; `ranks_per_node` 0 puts all on one node.
+static void sweep(int n, int ranks_per_node) {
+  std::string err = testing::run_threads(n, [&](int rank, const std::shared_ptr<Store>& store) {
+    CommunicatorOptions opts;
+    opts.timeout = Seconds(20);
+    opts.shm_chunk_bytes = 4096;  // small slots: "large" counts cross many pipeline chunks
+    std::string node = ranks_per_node ? "node" + std::to_string(rank / ranks_per_node) : "node";
+    Communicator comm(store, rank, n, node, opts);
+    for (size_t count : testing::counts_for(n, 3001))
+      for (DataType dtype : kDtypes)
+        for (ReduceOp op : kOps) check_one(comm, n, count, dtype, op);
+  });
+  ck_assert_msg(err.empty(), "%d ranks (%d per node): %s", n, ranks_per_node, err.c_str());
+}
+
+START_TEST(one_node_1_to_8_ranks) { sweep(_i, 0); }
+END_TEST
+
+START_TEST(fake_nodes_hierarchical) {
+  static const int kCases[][2] = {{2, 1}, {3, 1}, {4, 2}, {5, 2}, {6, 3}, {8, 4}};
+  sweep(kCases[_i][0], kCases[_i][1]);
+}
+END_TEST
+
+START_TEST(async_handles_complete_in_order) {
+  std::string err = testing::run_threads(4, [](int rank, const std::shared_ptr<Store>& store) {
+    Communicator comm(store, rank, 4, "node");
+    std::vector<std::vector<float>> bufs(8, std::vector<float>(1000, static_cast<float>(rank)));
+    std::vector<Work> works;
+    for (auto& b : bufs) works.push_back(comm.allreduce_async(b.data(), b.size(), DataType::kFloat32, ReduceOp::kSum));
+    for (auto& w : works) w.wait();
+    for (auto& b : bufs)
+      for (float v : b)
+        if (v != 6.0f) throw std::runtime_error("async allreduce gave " + std::to_string(v));
+  });
+  ck_assert_msg(err.empty(), "%s", err.c_str());
+}
+END_TEST
+
+START_TEST(large_buffer_float32) {
+  std::string err = testing::run_threads(3, [](int rank, const std::shared_ptr<Store>& store) {
+    Communicator comm(store, rank, 3, "node");  // default 1 MiB slots
+    std::vector<float> buf(3 * 1000 * 1000 + 7);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(testing::value_of(rank, i));
+    comm.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    for (size_t i = 0; i < buf.size(); ++i)
+      if (buf[i] != static_cast<float>(testing::expected(ReduceOp::kSum, DataType::kFloat32, 3, i)))
+        throw std::runtime_error("wrong value at " + std::to_string(i));
+  });
+  ck_assert_msg(err.empty(), "%s", err.c_str());
+}
+END_TEST
+
+START_TEST(invalid_op_for_dtype_is_rejected) {
+  std::string err = testing::run_threads(1, [](int rank, const std::shared_ptr<Store>& store) {
+    Communicator comm(store, rank, 1, "node");
+    float x = 1;
+    try {
+      comm.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kBitOr);
+    } catch (const InvalidArgument&) {
+      return;
+    }
+    throw std::runtime_error("bitor on float32 was accepted");
+  });
+  ck_assert_msg(err.empty(), "%s", err.c_str());
+}
+END_TEST
+
+START_TEST(half_conversions_round_to_nearest_even) {
+  ck_assert_uint_eq(float_to_half(1.0f), 0x3c00);
+  ck_assert_uint_eq(float_to_half(65504.0f), 0x7bff);
+  ck_assert_uint_eq(float_to_half(1e6f), 0x7c00);
+  ck_assert_uint_eq(float_to_half(5.9604645e-8f), 0x0001);  // smallest subnormal
+  ck_assert_uint_eq(float_to_half(1.0f + 1.0f / 2048), 0x3c00);  // tie rounds to even
+  ck_assert(half_to_float(0x0001) == 5.9604645e-8f);
+  ck_assert(half_to_float(0xc000) == -2.0f);
+  ck_assert_uint_eq(float_to_bfloat16(1.0f), 0x3f80);
+  ck_assert(bfloat16_to_float(0x4049) == 3.140625f);
+}
+END_TEST
+
+Suite* make_suite(void) {
+  Suite* s = suite_create("libtrain_allreduce");
+  TCase* tc = tcase_create("allreduce");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, one_node_1_to_8_ranks, 1, 9);
+  tcase_add_loop_test(tc, fake_nodes_hierarchical, 0, 6);
+  tcase_add_test(tc, async_handles_complete_in_order);
+  tcase_add_test(tc, large_buffer_float32);
+  tcase_add_test(tc, invalid_op_for_dtype_is_rejected);
+  tcase_add_test(tc, half_conversions_round_to_nearest_even);
+  suite_add_tcase(s, tc);
+  return s;
+}

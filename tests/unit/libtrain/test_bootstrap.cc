@@ -1,0 +1,125 @@
+// Bootstrap selection from the environment, the RANK/WORLD_SIZE/MASTER_* bootstrap with forked
+// processes, bad settings, and the PMIx bootstrap under OpenMPI's mpirun (skipped without it).
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdlib>
+
+#include "libtrain/bootstrap.h"
+#include "libtrain/training.h"
+#include "ranks.h"
+// check.h last: it defines macros (fail) that clash with <ios>.
+#include "check_main.h"
+
+using namespace libtrain;
+
+static void clear_env() {
+  for (const char* v : {"PMIX_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "LIBTRAIN_BOOTSTRAP", "LIBTRAIN_TIMEOUT", "LIBTRAIN_NODE", "LIBTRAIN_TIMELINE"})
+    unsetenv(v);
+}
+
+// A port that was free a moment ago (the bootstrap's rank 0 binds it again).
+static int free_port() {
+  int port = 0, fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+START_TEST(detects_from_environment) {
+  clear_env();
+  ck_assert_str_eq(detect_bootstrap().c_str(), "single");
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  ck_assert_str_eq(detect_bootstrap().c_str(), "env");
+  setenv("PMIX_RANK", "0", 1);
+  ck_assert_str_eq(detect_bootstrap().c_str(), "pmix");
+  setenv("LIBTRAIN_BOOTSTRAP", "single", 1);
+  ck_assert_str_eq(detect_bootstrap().c_str(), "single");
+}
+END_TEST
+
+START_TEST(single_process) {
+  clear_env();
+  setenv("LIBTRAIN_NODE", "fake-node", 1);
+  BootstrapInfo b = bootstrap(Seconds(1));
+  ck_assert_str_eq(b.method.c_str(), "single");
+  ck_assert_int_eq(b.size, 1);
+  ck_assert_str_eq(b.node.c_str(), "fake-node");
+}
+END_TEST
+
+START_TEST(bad_settings_are_rejected) {
+  clear_env();
+  setenv("RANK", "3", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  bool rejected = false;
+  try { bootstrap(Seconds(1)); } catch (const InvalidArgument&) { rejected = true; }
+  ck_assert(rejected);
+  setenv("RANK", "x", 1);
+  rejected = false;
+  try { bootstrap(Seconds(1)); } catch (const InvalidArgument&) { rejected = true; }
+  ck_assert(rejected);
+  clear_env();
+  setenv("LIBTRAIN_TIMEOUT", "-1", 1);
+  rejected = false;
+  try { timeout_from_env(); } catch (const InvalidArgument&) { rejected = true; }
+  ck_assert(rejected);
+  setenv("LIBTRAIN_TIMEOUT", "2.5", 1);
+  ck_assert(timeout_from_env().count() == 2.5);
+}
+END_TEST
+
+START_TEST(env_bootstrap_three_processes_two_fake_nodes) {
+  clear_env();
+  std::string port = std::to_string(free_port());
+  auto codes = testing::run_processes(3, [&](int rank, const std::shared_ptr<Store>&) {
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", "3", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", port.c_str(), 1);
+    setenv("LIBTRAIN_NODE", rank == 2 ? "b" : "a", 1);
+    setenv("LIBTRAIN_TIMEOUT", "10", 1);
+    init();
+    if (bootstrap_method() != "env" || libtrain::rank() != rank || libtrain::size() != 3) return 1;
+    if (local_size() != (rank == 2 ? 1 : 2) || local_rank() != (rank == 1 ? 1 : 0)) return 2;
+    int64_t v = rank;
+    world().allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+    shutdown();
+    return v == 3 ? 0 : 3;
+  });
+  for (int c : codes) ck_assert_int_eq(c, 0);
+}
+END_TEST
+
+START_TEST(pmix_bootstrap_under_mpirun) {
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+    printf("SKIP: mpirun not installed\n");
+    return;
+  }
+  clear_env();
+  std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LIBTRAIN_TIMEOUT=20 "
+                    "timeout 60 mpirun --oversubscribe -np 3 " LIBTRAIN_PMIX_PROBE " 2>&1";
+  int rc = system(cmd.c_str());
+  ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "mpirun pmix_probe exited %d", rc);
+}
+END_TEST
+
+Suite* make_suite(void) {
+  Suite* s = suite_create("libtrain_bootstrap");
+  TCase* tc = tcase_create("bootstrap");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, detects_from_environment);
+  tcase_add_test(tc, single_process);
+  tcase_add_test(tc, bad_settings_are_rejected);
+  tcase_add_test(tc, env_bootstrap_three_processes_two_fake_nodes);
+  tcase_add_test(tc, pmix_bootstrap_under_mpirun);
+  suite_add_tcase(s, tc);
+  return s;
+}

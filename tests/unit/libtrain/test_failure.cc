@@ -1,0 +1,137 @@
+// Failure policy (libtrain/docs/errors.md) with forked processes: a rank that dies, or ranks that
+// disagree on a tensor's size, make every other rank throw a typed error within the timeout.
+#include <signal.h>
+
+#include <chrono>
+#include <vector>
+
+#include "ranks.h"
+// check.h last: it defines macros (fail) that clash with <ios>.
+#include "check_main.h"
+
+using namespace libtrain;
+
+enum Exit { kOk = 0, kPeer = 10, kMismatch = 11, kTimeout = 12, kOther = 13 };
+
+static int classify(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const MismatchError&) {
+    return kMismatch;
+  } catch (const PeerError&) {
+    return kPeer;
+  } catch (const TimeoutError&) {
+    return kTimeout;
+  } catch (const std::exception&) {
+    return kOther;
+  }
+  return kOk;
+}
+
+static CommunicatorOptions short_timeout() {
+  CommunicatorOptions o;
+  o.timeout = Seconds(5);
+  return o;
+}
+
+// `nodes_of(rank)` names the node; rank `victim` is killed after the first allreduce.
+static void check_death(int n, int victim, std::string (*nodes_of)(int)) {
+  auto start = std::chrono::steady_clock::now();
+  auto codes = testing::run_processes(n, [&](int rank, const std::shared_ptr<Store>& store) {
+    return classify([&] {
+      Communicator comm(store, rank, n, nodes_of(rank), short_timeout());
+      std::vector<float> buf(100000, 1.0f);
+      comm.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+      if (rank == victim) raise(SIGKILL);
+      for (int i = 0; i < 1000; ++i) comm.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kMax);
+    });
+  });
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) ck_assert_int_eq(codes[static_cast<size_t>(r)], 128 + SIGKILL);
+    else ck_assert_msg(codes[static_cast<size_t>(r)] == kPeer || codes[static_cast<size_t>(r)] == kTimeout,
+                       "rank %d exited %d, want a PeerError or TimeoutError", r, codes[static_cast<size_t>(r)]);
+  }
+  ck_assert_msg(secs < 12, "took %.1f s to notice (timeout 5 s)", secs);
+}
+
+static std::string one_node(int) { return "node"; }
+static std::string two_per_node(int r) { return "node" + std::to_string(r / 2); }
+
+START_TEST(dead_rank_on_same_node) { check_death(4, 2, one_node); }
+END_TEST
+
+START_TEST(dead_rank_on_other_node) { check_death(4, 3, two_per_node); }
+END_TEST
+
+START_TEST(dead_leader) { check_death(4, 2, two_per_node); }
+END_TEST
+
+static void check_mismatch(int n, std::string (*nodes_of)(int)) {
+  auto codes = testing::run_processes(n, [&](int rank, const std::shared_ptr<Store>& store) {
+    return classify([&] {
+      Communicator comm(store, rank, n, nodes_of(rank), short_timeout());
+      std::vector<float> buf(1000, 1.0f);
+      size_t count = rank == 1 ? 999 : 1000;  // rank 1 disagrees on the size
+      comm.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    });
+  });
+  for (int r = 0; r < n; ++r)
+    ck_assert_msg(codes[static_cast<size_t>(r)] == kMismatch || codes[static_cast<size_t>(r)] == kPeer,
+                  "rank %d exited %d, want MismatchError or PeerError", r, codes[static_cast<size_t>(r)]);
+}
+
+START_TEST(size_mismatch_one_node) {
+  auto codes = testing::run_processes(3, [](int rank, const std::shared_ptr<Store>& store) {
+    return classify([&] {
+      Communicator comm(store, rank, 3, "node", short_timeout());
+      std::vector<double> buf(10);
+      comm.allreduce(buf.data(), rank == 1 ? 9 : 10, DataType::kFloat64, ReduceOp::kSum);
+    });
+  });
+  for (int c : codes) ck_assert_int_eq(c, kMismatch);  // every rank sees every header
+}
+END_TEST
+
+START_TEST(size_mismatch_across_nodes) { check_mismatch(4, two_per_node); }
+END_TEST
+
+START_TEST(missing_rank_times_out) {
+  auto start = std::chrono::steady_clock::now();
+  auto codes = testing::run_processes(2, [](int rank, const std::shared_ptr<Store>& store) {
+    if (rank == 1) return 0;  // never joins
+    CommunicatorOptions o;
+    o.timeout = Seconds(1);
+    return classify([&] { Communicator comm(store, rank, 2, "node", o); });
+  });
+  ck_assert_int_eq(codes[0], kTimeout);
+  ck_assert(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+END_TEST
+
+START_TEST(broken_communicator_keeps_failing) {
+  std::string err = testing::run_threads(2, [](int rank, const std::shared_ptr<Store>& store) {
+    Communicator comm(store, rank, 2, "node", short_timeout());
+    int32_t x[2] = {1, 2};
+    int first = classify([&] { comm.allreduce(x, rank ? 1 : 2, DataType::kInt32, ReduceOp::kSum); });
+    int second = classify([&] { comm.allreduce(x, 2, DataType::kInt32, ReduceOp::kSum); });
+    if (first != kMismatch || second != kPeer) throw std::runtime_error("wrong error sequence");
+  });
+  ck_assert_msg(err.empty(), "%s", err.c_str());
+}
+END_TEST
+
+Suite* make_suite(void) {
+  Suite* s = suite_create("libtrain_failure");
+  TCase* tc = tcase_create("failure");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, dead_rank_on_same_node);
+  tcase_add_test(tc, dead_rank_on_other_node);
+  tcase_add_test(tc, dead_leader);
+  tcase_add_test(tc, size_mismatch_one_node);
+  tcase_add_test(tc, size_mismatch_across_nodes);
+  tcase_add_test(tc, missing_rank_times_out);
+  tcase_add_test(tc, broken_communicator_keeps_failing);
+  suite_add_tcase(s, tc);
+  return s;
+}

@@ -1,0 +1,106 @@
+// Stores: InMemoryStore with threads, TcpStore across forked processes (set/get/add, waits,
+// timeouts, barrier), PrefixStore namespacing.
+#include <atomic>
+#include <chrono>
+
+#include "ranks.h"
+// check.h last: it defines macros (fail) that clash with <ios>.
+#include "check_main.h"
+
+using namespace libtrain;
+
+START_TEST(in_memory_set_get_add) {
+  InMemoryStore s;
+  s.set("a", to_bytes("1"));
+  ck_assert_str_eq(to_string(s.get("a", Seconds(1))).c_str(), "1");
+  ck_assert_int_eq(s.add("n", 5), 5);
+  ck_assert_int_eq(s.add("n", -2), 3);
+}
+END_TEST
+
+START_TEST(in_memory_get_waits_then_times_out) {
+  InMemoryStore s;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s.set("late", to_bytes("x"));
+  });
+  ck_assert_str_eq(to_string(s.get("late", Seconds(5))).c_str(), "x");
+  t.join();
+  auto start = std::chrono::steady_clock::now();
+  bool timed_out = false;
+  try {
+    s.get("never", Seconds(0.2));
+  } catch (const TimeoutError&) {
+    timed_out = true;
+  }
+  ck_assert(timed_out);
+  ck_assert(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+}
+END_TEST
+
+START_TEST(prefix_store_namespaces_keys) {
+  auto base = std::make_shared<InMemoryStore>();
+  PrefixStore a(base, "a"), b(base, "b");
+  a.set("k", to_bytes("1"));
+  b.set("k", to_bytes("2"));
+  ck_assert_str_eq(to_string(base->get("a/k", Seconds(1))).c_str(), "1");
+  ck_assert_str_eq(to_string(b.get("k", Seconds(1))).c_str(), "2");
+}
+END_TEST
+
+START_TEST(tcp_store_across_processes) {
+  auto codes = testing::run_processes(4, [](int rank, const std::shared_ptr<Store>& store) {
+    store->set("hello/" + std::to_string(rank), to_bytes("from " + std::to_string(rank)));
+    for (int r = 0; r < 4; ++r)
+      if (to_string(store->get("hello/" + std::to_string(r), Seconds(10))) != "from " + std::to_string(r)) return 1;
+    for (int i = 0; i < 10; ++i) store->add("counter", 1);
+    store->barrier("b1", 4, Seconds(10));
+    return store->add("counter", 0) == 40 ? 0 : 2;
+  });
+  for (int c : codes) ck_assert_int_eq(c, 0);
+}
+END_TEST
+
+START_TEST(tcp_store_large_value_and_timeout) {
+  auto codes = testing::run_processes(2, [](int rank, const std::shared_ptr<Store>& store) {
+    Bytes big(3 << 20);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 7);
+    if (rank == 0) store->set("big", big);
+    if (store->get("big", Seconds(10)) != big) return 1;
+    try {
+      store->get("missing", Seconds(0.3));
+    } catch (const TimeoutError&) {
+      return 0;
+    }
+    return 2;
+  });
+  for (int c : codes) ck_assert_int_eq(c, 0);
+}
+END_TEST
+
+START_TEST(tcp_store_connect_timeout) {
+  auto start = std::chrono::steady_clock::now();
+  bool timed_out = false;
+  try {
+    TcpStore s("127.0.0.1", 1, false, Seconds(0.3));  // nothing listens on port 1
+  } catch (const TimeoutError&) {
+    timed_out = true;
+  }
+  ck_assert(timed_out);
+  ck_assert(std::chrono::steady_clock::now() - start < std::chrono::seconds(3));
+}
+END_TEST
+
+Suite* make_suite(void) {
+  Suite* s = suite_create("libtrain_store");
+  TCase* tc = tcase_create("store");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, in_memory_set_get_add);
+  tcase_add_test(tc, in_memory_get_waits_then_times_out);
+  tcase_add_test(tc, prefix_store_namespaces_keys);
+  tcase_add_test(tc, tcp_store_across_processes);
+  tcase_add_test(tc, tcp_store_large_value_and_timeout);
+  tcase_add_test(tc, tcp_store_connect_timeout);
+  suite_add_tcase(s, tc);
+  return s;
+}
