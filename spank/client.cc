@@ -1,0 +1,57 @@
+// srun, sbatch and salloc (local and allocator contexts): validate the options before anything is
+// queued, and pin the image's tag to a digest once for the whole job, so every node runs the same
+// bytes and the registry sees one manifest request per job (design.md, "The flow of one job step").
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "image/image_ref.h"
+#include "image/registry.h"
+#include "log.h"
+#include "plugin_state.h"
+
+namespace slipway::spank {
+namespace {
+
+launcher::RegistryOptions registry_options(const PluginConfig& cfg) {
+  launcher::RegistryOptions r;
+  r.insecure_registries = cfg.insecure_registries;
+  r.ca_file = cfg.ca_file;
+  if (const char* home = getenv("HOME")) {
+    std::string creds = std::string(home) + "/.config/slipway/credentials";
+    if (access(creds.c_str(), R_OK) == 0) r.credentials_file = creds;
+  }
+  return r;
+}
+
+}  // namespace
+
+int client_init_post_opt(spank_t) {
+  PluginState& st = state();
+  if (st.options.container_image.empty()) return 0;
+  launcher::RefDefaults defaults;
+  defaults.default_registry = st.config.default_registry;
+  auto ref = launcher::parse_image_ref(st.options.container_image, defaults);
+  if (!ref.ok()) {
+    log_error("--container-image: " + ref.status().message());
+    return -1;
+  }
+  if (ref->kind != launcher::ImageRef::Kind::kRegistry || !ref->digest.empty()) return 0;
+  const std::string canonical = ref->str();
+  // Inside an allocation (sbatch, salloc) the digest may already be pinned for this reference.
+  const char* pinned_ref = getenv(kEnvImageRef);
+  const char* pinned_digest = getenv(kEnvImageDigest);
+  if (pinned_ref && pinned_digest && canonical == pinned_ref) return 0;
+  auto digest = launcher::resolve_digest(*ref, registry_options(st.config));
+  if (!digest.ok()) {
+    log_error(digest.status().message());
+    return -1;
+  }
+  setenv(kEnvImageRef, canonical.c_str(), 1);
+  setenv(kEnvImageDigest, digest->c_str(), 1);
+  log_verbose("image '" + canonical + "' is " + *digest);
+  return 0;
+}
+
+}  // namespace slipway::spank

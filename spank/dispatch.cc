@@ -1,0 +1,127 @@
+// The SPANK entry points and nothing else: each one catches every exception (nothing may throw
+// through slurmstepd) and hands over to the file for its Slurm context. Only the symbols declared
+// here are exported (see spank_slipway.lds and the nm test).
+#include "spank_c.h"
+
+#include <array>
+#include <exception>
+#include <string>
+
+#include "log.h"
+#include "plugin_state.h"
+
+#define SLIPWAY_EXPORT __attribute__((visibility("default")))
+
+// SPANK_PLUGIN() defines const arrays, which C++ gives internal linkage unless declared extern "C"
+// first; slurmstepd finds the plugin by these names.
+extern "C" {
+SLIPWAY_EXPORT extern const char plugin_name[];
+SLIPWAY_EXPORT extern const char plugin_type[];
+SLIPWAY_EXPORT extern const unsigned int plugin_version;
+SLIPWAY_EXPORT extern const unsigned int spank_plugin_version;
+}
+SPANK_PLUGIN(slipway, 1)
+
+namespace slipway::spank {
+
+PluginState& state() {
+  static PluginState s;
+  return s;
+}
+
+namespace {
+
+template <class F>
+int guarded(const char* where, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    log_error(std::string(where) + ": internal error: " + e.what());
+  } catch (...) {
+    log_error(std::string(where) + ": internal error");
+  }
+  return -1;
+}
+
+int on_option(int val, const char* optarg, int /*remote*/) {
+  return guarded("option", [&] {
+    auto st = apply_option(state().options, static_cast<OptionId>(val), optarg);
+    if (st.ok()) return 0;
+    log_error(st.message());
+    return -1;
+  });
+}
+
+// spank_option_register() keeps a pointer: the array lives as long as the plugin.
+std::array<spank_option, 16> g_spank_options{};
+
+int register_options(spank_t sp) {
+  auto table = option_table();
+  for (size_t i = 0; i < table.size() && i < g_spank_options.size(); ++i) {
+    const OptionSpec& o = table[i];
+    g_spank_options[i] = spank_option{const_cast<char*>(o.name), const_cast<char*>(o.arginfo),
+                                      const_cast<char*>(o.usage), o.arginfo ? 1 : 0,
+                                      static_cast<int>(o.id), on_option};
+    if (spank_option_register(sp, &g_spank_options[i]) != ESPANK_SUCCESS) {
+      log_error(std::string("cannot register --") + o.name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void load_remote_options(spank_t sp) {
+  for (const auto& opt : g_spank_options) {
+    if (!opt.name) break;
+    char* arg = nullptr;
+    auto o = opt;
+    if (spank_option_getopt(sp, &o, &arg) != ESPANK_SUCCESS) continue;
+    auto st = apply_option(state().options, static_cast<OptionId>(opt.val), arg);
+    if (!st.ok() && state().deferred_error.empty()) state().deferred_error = st.message();
+  }
+}
+
+}  // namespace slipway::spank
+
+using namespace slipway::spank;
+
+extern "C" SLIPWAY_EXPORT int slurm_spank_init(spank_t sp, int ac, char** av) {
+  return guarded("init", [&] {
+    auto cfg = parse_plugin_args(ac, av);
+    if (!cfg.ok()) {
+      log_error(cfg.status().message());
+      return -1;
+    }
+    state().config = *cfg;
+    switch (spank_context()) {
+      case S_CTX_LOCAL:
+      case S_CTX_REMOTE:
+      case S_CTX_ALLOCATOR:
+        return register_options(sp);
+      default:
+        return 0;
+    }
+  });
+}
+
+extern "C" SLIPWAY_EXPORT int slurm_spank_init_post_opt(spank_t sp, int, char**) {
+  return guarded("init_post_opt", [&] {
+    switch (spank_context()) {
+      case S_CTX_LOCAL:
+      case S_CTX_ALLOCATOR:
+        return client_init_post_opt(sp);
+      default:
+        return 0;
+    }
+  });
+}
+
+extern "C" SLIPWAY_EXPORT int slurm_spank_user_init(spank_t sp, int, char**) {
+  return guarded("user_init", [&] { return spank_remote(sp) ? remote_user_init(sp) : 0; });
+}
+
+extern "C" SLIPWAY_EXPORT int slurm_spank_task_init(spank_t sp, int, char**) {
+  return guarded("task_init", [&] { return spank_remote(sp) ? remote_task_init(sp) : 0; });
+}

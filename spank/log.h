@@ -1,0 +1,18 @@
+// The plugin's one logging header: every line starts with "slipway: ". Levels (style.md): error =
+// the step fails, info = what an admin wants in the slurmd log, verbose = what we ran, debug =
+// internals. slurm_error() in srun/sbatch reaches the user's terminal; in slurmstepd it reaches
+// both the node log and, from task_init, the user.
+#pragma once
+
+#include "spank_c.h"
+
+#include <string>
+
+namespace slipway::spank {
+
+inline void log_error(const std::string& m) { slurm_error("slipway: %s", m.c_str()); }
+inline void log_info(const std::string& m) { slurm_info("slipway: %s", m.c_str()); }
+inline void log_verbose(const std::string& m) { slurm_verbose("slipway: %s", m.c_str()); }
+inline void log_debug(const std::string& m) { slurm_debug("slipway: %s", m.c_str()); }
+
+}  // namespace slipway::spank

@@ -1,0 +1,29 @@
+// Typed wrappers over the SPANK item and environment calls (see remote_env.h).
+#include "remote_env.h"
+
+#include <vector>
+
+namespace slipway::spank {
+
+std::optional<std::string> job_getenv(spank_t sp, const char* name) {
+  std::vector<char> buf(4096);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    spank_err_t rc = spank_getenv(sp, name, buf.data(), static_cast<int>(buf.size()));
+    if (rc == ESPANK_SUCCESS) return std::string(buf.data());
+    if (rc != ESPANK_NOSPACE) return std::nullopt;
+    buf.resize(buf.size() * 8);
+  }
+  return std::nullopt;
+}
+
+std::optional<StepIds> step_ids(spank_t sp) {
+  StepIds ids;
+  if (spank_get_item(sp, S_JOB_ID, &ids.job_id) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_STEPID, &ids.step_id) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_UID, &ids.uid) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_GID, &ids.gid) != ESPANK_SUCCESS)
+    return std::nullopt;
+  return ids;
+}
+
+}  // namespace slipway::spank

@@ -1,0 +1,96 @@
+// task_init on each node (the task process, fully the job user, just before slurmstepd execs the
+// user's command): apply the image environment, then move the task into the container. The command
+// is looked up after this returns, so it is found inside the image.
+#include <pwd.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "log.h"
+#include "plugin_state.h"
+#include "remote_env.h"
+#include "runtime/container.h"
+
+namespace slipway::spank {
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return !p.empty() && stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_under(const std::string& path, const std::string& dir) {
+  return !dir.empty() && path.compare(0, dir.size(), dir) == 0 &&
+         (path.size() == dir.size() || path[dir.size()] == '/');
+}
+
+std::string current_dir() {
+  char buf[4096];
+  return getcwd(buf, sizeof buf) ? std::string(buf) : std::string("/");
+}
+
+std::string home_dir() {
+  struct passwd pw, *res = nullptr;
+  char buf[4096];
+  if (getpwuid_r(getuid(), &pw, buf, sizeof buf, &res) != 0 || !res || !res->pw_dir) return "";
+  return res->pw_dir;
+}
+
+launcher::LaunchSpec make_spec(spank_t sp, const launcher::ImportedImage& image) {
+  launcher::LaunchSpec spec;
+  spec.rootfs = image.rootfs;
+  spec.scratch_dir = state().cache_dir + "/mnt";
+  spec.uid = getuid();
+  spec.gid = getgid();
+  const std::string home = home_dir();
+  if (is_dir(home)) spec.binds.push_back({.source = home, .destination = home});
+  // Slurm's PMIx server keeps its shared-memory dstore here (platform.md: "PMIx under srun").
+  if (auto pmix = job_getenv(sp, "PMIX_SERVER_TMPDIR"); pmix && is_dir(*pmix))
+    spec.binds.push_back({.source = *pmix, .destination = *pmix});
+  const std::string cwd = current_dir();
+  if (cwd != "/" && !is_under(cwd, home) && !is_under(cwd, "/tmp") && is_dir(cwd))
+    spec.binds.push_back({.source = cwd, .destination = cwd});
+  spec.workdir = cwd;
+  spec.host_files = {"/etc/hosts", "/etc/resolv.conf"};
+  return spec;
+}
+
+// Image Env under the job's: a variable the job sets wins, except PATH, whose host value means
+// nothing inside the image (documented in slipway(1), ENVIRONMENT).
+void apply_image_env(spank_t sp, const launcher::ImageConfig& config) {
+  for (const auto& kv : config.env) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    std::string name = kv.substr(0, eq);
+    spank_setenv(sp, name.c_str(), kv.c_str() + eq + 1, name == "PATH" ? 1 : 0);
+  }
+}
+
+}  // namespace
+
+int remote_task_init(spank_t sp) {
+  PluginState& st = state();
+  if (!st.deferred_error.empty()) {
+    log_error(st.deferred_error);
+    return -1;
+  }
+  if (!st.image) return 0;  // no --container-image, or a step that runs outside containers
+  apply_image_env(sp, st.image->config);
+  auto status = launcher::enter_container(make_spec(sp, *st.image));
+  if (!status.ok()) {
+    log_error("cannot start the container of image " + st.image->manifest_digest + ": " +
+              status.message());
+    return -1;
+  }
+  // Nothing the user runs in the container may gain privileges (setuid binaries, file caps).
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    log_error(std::string("prctl(PR_SET_NO_NEW_PRIVS): ") + strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace slipway::spank
