@@ -44,7 +44,7 @@ step "integration tests on the sandbox cluster"
 trap '"$sandbox" down >/dev/null 2>&1' EXIT
 cluster_log=$(mktemp)
 if SLIPWAY_PLUGIN="$build/spank/spank_slipway.so" "$sandbox" up && "$sandbox" images; then
-  SLIPWAY_BUILD_DIR="$build" "$repo/tests/cluster/run.bash" "$repo"/tests/cluster/test_*.bash 2>&1 |
+  SLIPWAY_BUILD_DIR="$build" SLIPWAY_REQUIRE_PLUGIN=1 "$repo/tests/cluster/run.bash" "$repo"/tests/cluster/test_*.bash 2>&1 |
     tee "$cluster_log"
   count_cluster "$cluster_log"
 else

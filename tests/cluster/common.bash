@@ -101,10 +101,13 @@ require_images() { "$SANDBOX" images "$@" >/dev/null 2>&1 || fail "slipway-sandb
 
 image_ref() { "$SANDBOX" image "$1"; }
 
-# Whether the plugin is installed in plugstack.conf (tests of it skip otherwise).
+# Whether the plugin is installed in plugstack.conf. Tests of it skip otherwise, except under
+# contrib/run-tests.sh (SLIPWAY_REQUIRE_PLUGIN=1), where a missing plugin is a failure.
 require_plugin() {
-    grep -q '^required' "$SANDBOX_DIR/etc/plugstack.conf" 2>/dev/null \
-        || skip "spank_slipway.so is not in plugstack.conf (build it, then slipway-sandbox up)"
+    grep -q '^required' "$SANDBOX_DIR/etc/plugstack.conf" 2>/dev/null && return 0
+    local why="spank_slipway.so is not in plugstack.conf (build it, then slipway-sandbox up)"
+    [[ ${SLIPWAY_REQUIRE_PLUGIN:-0} == 1 ]] && fail "$why"
+    skip "$why"
 }
 
 # --------------------------------------------------------------- asserting --
