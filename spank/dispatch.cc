@@ -125,3 +125,7 @@ extern "C" SLIPWAY_EXPORT int slurm_spank_user_init(spank_t sp, int, char**) {
 extern "C" SLIPWAY_EXPORT int slurm_spank_task_init(spank_t sp, int, char**) {
   return guarded("task_init", [&] { return spank_remote(sp) ? remote_task_init(sp) : 0; });
 }
+
+extern "C" SLIPWAY_EXPORT int slurm_spank_exit(spank_t sp, int, char**) {
+  return guarded("exit", [&] { return spank_remote(sp) ? remote_exit(sp) : 0; });
+}

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "image/import.h"
 #include "options.h"
+#include "runtime/container.h"
 
 namespace slipway::spank {
 
@@ -16,6 +17,8 @@ struct PluginState {
   PluginConfig config;
   JobOptions options;
   std::optional<launcher::ImportedImage> image;  // set by user_init on success
+  launcher::LaunchSpec spec;                     // the node's container, as the holder built it
+  launcher::ContainerHolder holder;              // the node's container for this step
   std::string cache_dir;                         // the node cache this step uses
   std::string deferred_error;                    // set by user_init on failure
 };
@@ -31,6 +34,7 @@ inline constexpr const char* kEnvImageDigest = "SLIPWAY_IMAGE_DIGEST";
 int client_init_post_opt(spank_t sp);
 int remote_user_init(spank_t sp);
 int remote_task_init(spank_t sp);
+int remote_exit(spank_t sp);
 
 // Fills state().options from the options slurmstepd received in the launch message.
 void load_remote_options(spank_t sp);

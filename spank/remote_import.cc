@@ -1,6 +1,7 @@
 // user_init on each node (slurmstepd, effective uid already the job user): import the step's image
-// into the node cache once, or remember why not. Errors are kept for task_init because Slurm does
-// not report user_init failures to srun (bug 7573).
+// into the node cache once, then start the node's container holder, which the step's tasks join in
+// task_init; or remember why not. Errors are kept for task_init because Slurm does not report
+// user_init failures to srun (bug 7573).
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,6 +50,22 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   return launcher::import_image(*ref, opts);
 }
 
+// The part of the container that every task of the node shares.
+launcher::LaunchSpec node_spec(const StepIds& ids, const launcher::ImportedImage& image,
+                               const std::string& cache_dir) {
+  launcher::LaunchSpec spec;
+  spec.rootfs = image.rootfs;
+  spec.scratch_dir = cache_dir + "/mnt";
+  spec.uid = ids.uid;
+  spec.gid = ids.gid;
+  const std::string home = home_of(ids.uid);
+  struct stat st;
+  if (!home.empty() && stat(home.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    spec.binds.push_back({.source = home, .destination = home});
+  spec.host_files = {"/etc/hosts", "/etc/resolv.conf"};
+  return spec;
+}
+
 }  // namespace
 
 int remote_user_init(spank_t sp) {
@@ -74,8 +91,18 @@ int remote_user_init(spank_t sp) {
     st.deferred_error = "cannot create " + mnt + ": " + strerror(errno);
     return 0;
   }
-  log_verbose("step " + std::to_string(ids->job_id) + "." + std::to_string(ids->step_id) +
-              ": image " + image->manifest_digest + (image->was_cached ? " (cached)" : " (imported)"));
+  st.spec = node_spec(*ids, *image, st.cache_dir);
+  auto holder = launcher::start_holder(st.spec);
+  if (!holder.ok()) {
+    st.deferred_error = "cannot start the container of image '" + st.options.container_image +
+                        "': " + holder.status().message();
+    log_error(st.deferred_error);
+    return 0;
+  }
+  st.holder = std::move(*holder);
+  log_info("step " + std::to_string(ids->job_id) + "." + std::to_string(ids->step_id) +
+              ": image " + image->manifest_digest + (image->was_cached ? " (cached)" : " (imported)") +
+              ", container holder " + std::to_string(st.holder.pid()));
   st.image = std::move(*image);
   return 0;
 }

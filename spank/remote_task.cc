@@ -1,7 +1,6 @@
 // task_init on each node (the task process, fully the job user, just before slurmstepd execs the
 // user's command): apply the image environment, then move the task into the container. The command
 // is looked up after this returns, so it is found inside the image.
-#include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,30 +31,18 @@ std::string current_dir() {
   return getcwd(buf, sizeof buf) ? std::string(buf) : std::string("/");
 }
 
-std::string home_dir() {
-  struct passwd pw, *res = nullptr;
-  char buf[4096];
-  if (getpwuid_r(getuid(), &pw, buf, sizeof buf, &res) != 0 || !res || !res->pw_dir) return "";
-  return res->pw_dir;
-}
-
-launcher::LaunchSpec make_spec(spank_t sp, const launcher::ImportedImage& image) {
-  launcher::LaunchSpec spec;
-  spec.rootfs = image.rootfs;
-  spec.scratch_dir = state().cache_dir + "/mnt";
-  spec.uid = getuid();
-  spec.gid = getgid();
-  const std::string home = home_dir();
-  if (is_dir(home)) spec.binds.push_back({.source = home, .destination = home});
-  // Slurm's PMIx server keeps its shared-memory dstore here (platform.md: "PMIx under srun").
+// What only this task gets: Slurm's PMIx server directory (in the task's environment only from
+// task_init on: platform.md) and its working directory, unless the node's binds cover it.
+launcher::TaskView task_view(spank_t sp, const launcher::LaunchSpec& node) {
+  launcher::TaskView view;
   if (auto pmix = job_getenv(sp, "PMIX_SERVER_TMPDIR"); pmix && is_dir(*pmix))
-    spec.binds.push_back({.source = *pmix, .destination = *pmix});
+    view.binds.push_back({.source = *pmix, .destination = *pmix});
   const std::string cwd = current_dir();
-  if (cwd != "/" && !is_under(cwd, home) && !is_under(cwd, "/tmp") && is_dir(cwd))
-    spec.binds.push_back({.source = cwd, .destination = cwd});
-  spec.workdir = cwd;
-  spec.host_files = {"/etc/hosts", "/etc/resolv.conf"};
-  return spec;
+  bool covered = cwd == "/" || is_under(cwd, "/tmp");
+  for (const auto& b : node.binds) covered = covered || is_under(cwd, b.destination);
+  if (!covered && is_dir(cwd)) view.binds.push_back({.source = cwd, .destination = cwd});
+  view.workdir = cwd;
+  return view;
 }
 
 // Image Env under the job's: a variable the job sets wins, except PATH, whose host value means
@@ -79,9 +66,10 @@ int remote_task_init(spank_t sp) {
   }
   if (!st.image) return 0;  // no --container-image, or a step that runs outside containers
   apply_image_env(sp, st.image->config);
-  auto status = launcher::enter_container(make_spec(sp, *st.image));
+  auto status = launcher::join_container(st.holder.userns_fd(), st.holder.mntns_fd(), st.spec,
+                                         task_view(sp, st.spec));
   if (!status.ok()) {
-    log_error("cannot start the container of image " + st.image->manifest_digest + ": " +
+    log_error("cannot enter the container of image '" + st.options.container_image + "': " +
               status.message());
     return -1;
   }
@@ -90,6 +78,16 @@ int remote_task_init(spank_t sp) {
     log_error(std::string("prctl(PR_SET_NO_NEW_PRIVS): ") + strerror(errno));
     return -1;
   }
+  return 0;
+}
+
+}  // namespace slipway::spank
+
+namespace slipway::spank {
+
+// slurmstepd, after every task of the node has exited (also after scancel): stop the holder.
+int remote_exit(spank_t) {
+  state().holder.stop();
   return 0;
 }
 

@@ -1,10 +1,11 @@
-// enter_container(): the calling process becomes the container's first process. The steps, in order:
-// 1. a new user namespace with a one-id map (the job's uid/gid, or 0 with remap_root) and a new mount
+// Building and entering containers (see container.h). The steps, in order:
+// 1. build_container(): a new user namespace with a one-id map (the job's uid/gid, or 0 with remap_root) and a new mount
 //    namespace (unshare(2)); one mapped id is enough because the image files were unpacked by the
 //    user and so are owned by that one id (charliecloud's reasoning, user_namespaces(7));
 // 2. the root: an overlay of the cached image under a tmpfs upper, so mount points can be created and
 //    writes never reach the cache; then /dev, /proc, /sys, /tmp, the binds, the host files;
-// 3. pivot_root(".", ".") then a lazy unmount of the old root (pivot_root(2), "NOTES").
+// 3. enter_root(): a child mount namespace for the task, its own binds, then pivot_root(".", ".")
+//    and a lazy unmount of the old root (pivot_root(2), "NOTES").
 #include "runtime/container.h"
 
 #include <fcntl.h>
@@ -147,14 +148,14 @@ Status mount_binds(int root_fd, const LaunchSpec& spec) {
   return Status();
 }
 
-Status pivot_into(const std::string& root, const LaunchSpec& spec) {
+Status pivot_into(const std::string& root, const TaskView& task) {
   SLIPWAY_SYS(chdir(root.c_str()), "chdir " + root);
   // pivot_root(".", ".") stacks the old root on top of the new one; unmounting "." then removes the
   // old root and leaves the new one (pivot_root(2), NOTES). No directory in the image is needed.
   SLIPWAY_SYS(static_cast<int>(syscall(SYS_pivot_root, ".", ".")), "pivot_root into the image");
   SLIPWAY_SYS(umount2(".", MNT_DETACH), "detach the host root");
   SLIPWAY_SYS(chdir("/"), "chdir /");
-  const std::string& wd = spec.workdir.empty() ? std::string("/") : spec.workdir;
+  const std::string wd = task.workdir.empty() ? std::string("/") : task.workdir;
   if (chdir(wd.c_str()) == -1)
     return Status::error("working directory '" + wd + "' does not exist in the container: " +
                              strerror(errno) + "; check --container-workdir",
@@ -162,9 +163,28 @@ Status pivot_into(const std::string& root, const LaunchSpec& spec) {
   return Status();
 }
 
+std::string root_of(const LaunchSpec& spec) { return spec.scratch_dir + "/root"; }
+
+// The task's binds land on the shared overlay, which is read-only: lift that on this task's own
+// copy of the mount just long enough to create the mount points (empty, visible to all tasks).
+Status make_task_mount_points(int root_fd, const LaunchSpec& spec, const TaskView& task) {
+  if (task.binds.empty()) return Status();
+  auto set_rdonly = [&](bool on) {
+    struct mount_attr attr = {};
+    (on ? attr.attr_set : attr.attr_clr) = MOUNT_ATTR_RDONLY;
+    return mount_setattr(root_fd, "", AT_EMPTY_PATH, &attr, sizeof attr);
+  };
+  if (!spec.writable) SLIPWAY_SYS(set_rdonly(false), "make the task's root writable");
+  LaunchSpec only_binds;
+  only_binds.binds = task.binds;
+  Status st = mount_binds(root_fd, only_binds);
+  if (!spec.writable) SLIPWAY_SYS(set_rdonly(true), "make the task's root read-only again");
+  return st;
+}
+
 }  // namespace
 
-Status enter_container(const LaunchSpec& spec) {
+Status build_container(const LaunchSpec& spec) {
   if (spec.rootfs.empty() || spec.rootfs[0] != '/' || spec.scratch_dir.empty())
     return Status::error("container spec needs an absolute rootfs and a scratch directory", EINVAL);
   SLIPWAY_TRY(enter_namespaces(spec));
@@ -181,7 +201,30 @@ Status enter_container(const LaunchSpec& spec) {
     SLIPWAY_SYS(mount_setattr(root_fd.get(), "", AT_EMPTY_PATH, &attr, sizeof attr),
                 "make the container root read-only");
   }
-  return pivot_into(*root, spec);
+  return Status();
+}
+
+Status enter_root(const LaunchSpec& spec, const TaskView& task) {
+  // This task's own copy of every mount: what it binds or unmounts now no other task sees.
+  SLIPWAY_SYS(unshare(CLONE_NEWNS), "unshare the task's mount namespace");
+  const std::string root = root_of(spec);
+  UniqueFd root_fd(open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd.valid()) return Status::from_errno("open " + root, errno);
+  SLIPWAY_TRY(make_task_mount_points(root_fd.get(), spec, task));
+  return pivot_into(root, task);
+}
+
+Status enter_container(const LaunchSpec& spec) {
+  SLIPWAY_TRY(build_container(spec));
+  return enter_root(spec, TaskView{{}, spec.workdir});
+}
+
+Status join_container(int userns_fd, int mntns_fd, const LaunchSpec& spec, const TaskView& task) {
+  // Entering the user namespace first gives us CAP_SYS_ADMIN over the mount namespace it owns; the
+  // holder's mount namespace puts our root and cwd at its root (setns(2)).
+  SLIPWAY_SYS(setns(userns_fd, CLONE_NEWUSER), "join the container's user namespace");
+  SLIPWAY_SYS(setns(mntns_fd, CLONE_NEWNS), "join the container's mount namespace");
+  return enter_root(spec, task);
 }
 
 bool is_inside_root(int root_fd, const std::string& path) {

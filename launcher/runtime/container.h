@@ -1,21 +1,71 @@
-// Entering a container in-process: the calling (single-threaded) process moves into a new user and
-// mount namespace whose root is an overlay of the image, then pivot_root()s into it. Used by the
-// SPANK plugin in task_init (slurmstepd then execs the user's command inside) and by `slipway run`.
+// Containers: one per node per job step, shared by the step's tasks on that node (so MPI and NCCL
+// shared memory and cross-memory attach work between them), with a private view per task.
+//   build_container()  the calling process creates the user + mount namespace and the root (an
+//                      overlay of the image) without entering it: the "staging" namespace;
+//   start_holder()     forks a small holder process that does build_container() and then waits,
+//                      keeping the namespaces alive for the step's tasks;
+//   join_container()   a task setns()es into the holder's namespaces, then enter_root();
+//   enter_root()       a private child mount namespace with the task's own binds, pivot_root, chdir;
+//   enter_container()  build_container() + enter_root() in one process (no holder), for one task.
 #pragma once
 
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "runtime/launch_spec.h"
 
 namespace slipway::launcher {
 
-// Moves the calling process into the container described by `spec`. On success the process's root
-// and working directory are inside the image and it holds no privilege outside its user namespace.
-// On failure the process may be left in a half-built namespace of its own (nothing outside it is
-// touched); the caller must not exec the user's program then.
+// What differs between the tasks of one container.
+struct TaskView {
+  std::vector<Bind> binds;  // e.g. $PMIX_SERVER_TMPDIR, the working directory, GPU devices
+  std::string workdir;      // chdir target inside; empty: "/"
+};
+
+Status build_container(const LaunchSpec& spec);
+Status enter_root(const LaunchSpec& spec, const TaskView& task);
 Status enter_container(const LaunchSpec& spec);
 
+// The holder of a node's container: a child process that owns its namespaces.
+class ContainerHolder {
+ public:
+  ContainerHolder() = default;
+  ContainerHolder(pid_t pid, UniqueFd userns, UniqueFd mntns);
+  ContainerHolder(ContainerHolder&& o) noexcept;
+  ContainerHolder& operator=(ContainerHolder&& o) noexcept;
+  ~ContainerHolder();
+
+  pid_t pid() const { return pid_; }
+  int userns_fd() const { return userns_.get(); }
+  int mntns_fd() const { return mntns_.get(); }
+  bool running() const { return pid_ > 0; }
+  // Kills the holder and reaps it; the container's mounts go when its last task exits. Only the
+  // process that started the holder does anything here: a forked task that exits must not take
+  // its siblings' container down.
+  void stop();
+  // Forgets the holder without stopping it.
+  void release() { pid_ = -1; }
+
+ private:
+  pid_t pid_ = -1;
+  pid_t owner_ = -1;
+  UniqueFd userns_, mntns_;
+};
+
+// Forks the holder. When the caller runs as root with another effective uid (slurmstepd in
+// user_init), the holder first becomes spec.uid/spec.gid entirely. It dies with its parent
+// (PR_SET_PDEATHSIG) and keeps none of the parent's file descriptors.
+Result<ContainerHolder> start_holder(const LaunchSpec& spec);
+
+// Joins the container of `holder` (its namespace fds) and enters the task's root.
+Status join_container(int userns_fd, int mntns_fd, const LaunchSpec& spec, const TaskView& task);
+
 // True when `path` (absolute, inside the container root `root_fd`) resolves to a location inside the
-// root without following any symlink that leaves it (openat2 RESOLVE_IN_ROOT semantics).
+// root without following any symlink that leaves it (openat2 RESOLVE_BENEATH semantics).
 bool is_inside_root(int root_fd, const std::string& path);
 
 }  // namespace slipway::launcher

@@ -23,7 +23,14 @@ SLIPWAY_TEST_COMMON_LOADED=1
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 readonly REPO_DIR
 readonly SANDBOX=${SLIPWAY_SANDBOX:-$REPO_DIR/contrib/sandbox/slipway-sandbox}
-readonly SANDBOX_DIR=${SLIPWAY_SANDBOX_DIR:-/var/lib/slipway-sandbox}
+_instance=${SLIPWAY_SANDBOX_INSTANCE:-0}
+if ((_instance == 0)); then
+    readonly SANDBOX_DIR=${SLIPWAY_SANDBOX_DIR:-/var/lib/slipway-sandbox}
+else
+    readonly SANDBOX_DIR=${SLIPWAY_SANDBOX_DIR:-/var/lib/slipway-sandbox-$_instance}
+fi
+# The sandbox's network: the host (controller, registry) is $SANDBOX_NET.1, node i is .1i.
+readonly SANDBOX_NET=10.77.$_instance
 # Seconds a job may run before `timeout` kills it: nothing may hang a test.
 JOB_TIMEOUT=${SLIPWAY_JOB_TIMEOUT:-60}
 readonly SKIP_STATUS=77          # exit status of a skipped test (as in automake)

@@ -86,10 +86,10 @@ test_wrong_image_fails_within_10s_with_one_line() {
 test_unreachable_registry_fails_fast() {
     local t0
     t0=$(now)
-    run_job srun -N1 -K --container-image=10.77.0.1:5999/slipway/busybox true
+    run_job srun -N1 -K --container-image=$SANDBOX_NET.1:5999/slipway/busybox true
     assert_failure
     assert_less "$(elapsed "$t0")" 10 "seconds to fail"
-    assert_output_contains "slipway: cannot reach registry 10.77.0.1:5999"
+    assert_output_contains "slipway: cannot reach registry $SANDBOX_NET.1:5999"
 }
 
 test_bad_dl_gpus_is_rejected_at_submission() {

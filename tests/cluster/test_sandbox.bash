@@ -41,7 +41,7 @@ test_srun_spans_4_nodes_with_own_hostnames_and_addresses() {
     run_job srun -N4 --ntasks-per-node=2 -K sh -c 'echo $(hostname) $(hostname -i)'
     assert_success
     output=$(sort <<<"$output")
-    assert_output "$(for i in 1 1 2 2 3 3 4 4; do echo "node$i 10.77.0.1$i"; done)"
+    assert_output "$(for i in 1 1 2 2 3 3 4 4; do echo "node$i $SANDBOX_NET.1$i"; done)"
 }
 
 test_8_tasks_fit_on_one_node() {
@@ -116,11 +116,11 @@ test_exec_passes_stdin_exit_status_and_user() {
 test_daemons_listen_only_on_the_sandbox_network() {
     run_host ss -Hltn
     assert_success
-    assert_output_contains "10.77.0.1:5000 "
-    assert_output_contains "10.77.0.1:6817 "
+    assert_output_contains "$SANDBOX_NET.1:5000 "
+    assert_output_contains "$SANDBOX_NET.1:6817 "
     run_host ss -Hltnp
-    if grep -E 'slurmctld|docker-registry|munged' <<<"$output" | grep -vE '10\.77\.0\.1:|127\.0\.0\.1:'; then
-        fail "a sandbox daemon listens outside 10.77.0.1 / loopback"
+    if grep -E 'slurmctld|docker-registry|munged' <<<"$output" | grep -vE '10\.77\.[0-9]\.1:|127\.0\.0\.1:'; then
+        fail "a sandbox daemon listens outside $SANDBOX_NET.1 / loopback"
     fi
 }
 
@@ -135,7 +135,7 @@ test_images_build_cached_and_push() {
     run_host skopeo inspect --tls-verify=false "docker://$(image_ref busybox)"
     assert_success
     assert_output_contains '"Architecture": "amd64"'
-    assert_equal 10.77.0.1:5000/slipway/busybox:latest "$(image_ref busybox)" "image reference"
+    assert_equal $SANDBOX_NET.1:5000/slipway/busybox:latest "$(image_ref busybox)" "image reference"
 }
 
 test_registry_logs_method_and_path() {
@@ -158,6 +158,16 @@ test_layers_expected_matches_umoci_unpack() {
     assert_output "$(cat "$REPO_DIR/contrib/images/layers.expected")"
 }
 
+# Whether a sandbox other than ours is running (their daemons share names with ours).
+other_sandboxes_up() {
+    local f
+    for f in /var/lib/slipway-sandbox*/run/slurmctld.pid; do
+        [[ $f == "$SANDBOX_DIR/run/slurmctld.pid" ]] && continue
+        [[ -e $f && -e /proc/$(cat "$f") ]] && return 0
+    done
+    return 1
+}
+
 test_down_leaves_nothing_behind() {
     local pids pid name
     pids=$(daemon_pids)
@@ -165,14 +175,22 @@ test_down_leaves_nothing_behind() {
     run_host "$SANDBOX" down
     assert_success
     for pid in $pids; do [[ ! -e /proc/$pid ]] || fail "pid $pid still runs after down"; done
-    # pgrep matches names of at most 15 characters: one name per call.
-    for name in slurmctld slurmd slurmstepd munged docker-registry; do
-        run_host pgrep -a -x "$name"
-        assert_failure 1
-    done
-    [[ -z $(findmnt -rn | grep -F slipway) ]] || fail "mounts left: $(findmnt -rn | grep -F slipway)"
-    [[ -z $(ip netns list | grep slw-) ]] || fail "network namespaces left: $(ip netns list)"
-    ! ip link show slwbr0 >/dev/null 2>&1 || fail "bridge slwbr0 left"
+    # "[/]..." matches the daemons' command lines but not this pgrep's (nor its timeout's).
+    run_host pgrep -a -f -- "[/]${SANDBOX_DIR#/}/"
+    assert_failure 1
+    # With no other sandbox instance up, no daemon of these names may run at all.
+    # (pgrep matches names of at most 15 characters: one name per call.)
+    if ! other_sandboxes_up; then
+        for name in slurmctld slurmd slurmstepd munged docker-registry slipway-holder; do
+            run_host pgrep -a -x "$name"
+            assert_failure 1
+        done
+    fi
+    [[ -z $(findmnt -rn | grep -F "$SANDBOX_DIR") ]] || fail "mounts left: $(findmnt -rn | grep -F "$SANDBOX_DIR")"
+    local i=${SLIPWAY_SANDBOX_INSTANCE:-0} sfx=
+    ((i == 0)) || sfx=$i
+    [[ -z $(ip netns list | grep "^slw$sfx-node") ]] || fail "network namespaces left: $(ip netns list)"
+    ! ip link show "slwbr$i" >/dev/null 2>&1 || fail "bridge slwbr$i left"
     assert_no_file "$SANDBOX_DIR/etc/plugstack.conf"
     run_host "$SANDBOX" down
     assert_success

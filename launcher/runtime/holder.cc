@@ -1,0 +1,118 @@
+// The holder of a node's container (see container.h): forked by the caller, it becomes the job user
+// entirely, closes every inherited descriptor (a child that keeps slurmstepd's descriptors keeps
+// the step alive: platform.md), builds the container, reports "ready" or the error through a pipe,
+// then sleeps until it is killed or its parent dies.
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "runtime/container.h"
+
+namespace slipway::launcher {
+namespace {
+
+// From (ruid 0, euid user) as in slurmstepd's user_init, or from the user itself, to the user alone.
+Status become_user(uid_t uid, gid_t gid) {
+  if (getuid() != 0 && geteuid() != 0) return Status();  // already unprivileged
+  SLIPWAY_SYS(seteuid(0), "seteuid(0)");
+  SLIPWAY_SYS(setgroups(1, &gid), "setgroups");
+  SLIPWAY_SYS(setresgid(gid, gid, gid), "setresgid");
+  SLIPWAY_SYS(setresuid(uid, uid, uid), "setresuid");
+  return Status();
+}
+
+// Leaves the child with stdio on /dev/null and the report pipe as fd 3, nothing else.
+Status isolate_descriptors(int report_fd) {
+  if (report_fd != 3) {
+    SLIPWAY_SYS(dup2(report_fd, 3), "dup2");
+  }
+  SLIPWAY_SYS(close_range(4, ~0U, 0), "close_range");
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd < 0) return Status::from_errno("open /dev/null", errno);
+  for (int fd = 0; fd < 3; ++fd) SLIPWAY_SYS(dup2(null_fd, fd), "dup2 /dev/null");
+  ::close(null_fd);
+  return Status();
+}
+
+[[noreturn]] void run_holder(const LaunchSpec& spec, int report_fd, pid_t parent) {
+  Status st = isolate_descriptors(report_fd);
+  if (st.ok() && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+    st = Status::from_errno("prctl(PR_SET_PDEATHSIG)", errno);
+  if (st.ok() && getppid() != parent) _exit(1);  // the parent died before PDEATHSIG was set
+  prctl(PR_SET_NAME, "slipway-holder", 0, 0, 0);  // what ps and top show admins
+  if (st.ok()) st = become_user(spec.uid, spec.gid);
+  if (st.ok()) st = build_container(spec);
+  const std::string msg = st.ok() ? std::string("ready") : st.message();
+  (void)!write(3, msg.data(), msg.size());
+  ::close(3);
+  if (!st.ok()) _exit(1);
+  for (;;) pause();
+}
+
+}  // namespace
+
+ContainerHolder::ContainerHolder(pid_t pid, UniqueFd userns, UniqueFd mntns)
+    : pid_(pid), owner_(getpid()), userns_(std::move(userns)), mntns_(std::move(mntns)) {}
+
+ContainerHolder::ContainerHolder(ContainerHolder&& o) noexcept
+    : pid_(std::exchange(o.pid_, -1)),
+      owner_(std::exchange(o.owner_, -1)),
+      userns_(std::move(o.userns_)),
+      mntns_(std::move(o.mntns_)) {}
+
+ContainerHolder& ContainerHolder::operator=(ContainerHolder&& o) noexcept {
+  if (this != &o) {
+    stop();
+    pid_ = std::exchange(o.pid_, -1);
+    owner_ = std::exchange(o.owner_, -1);
+    userns_ = std::move(o.userns_);
+    mntns_ = std::move(o.mntns_);
+  }
+  return *this;
+}
+
+ContainerHolder::~ContainerHolder() { stop(); }
+
+void ContainerHolder::stop() {
+  userns_.reset();
+  mntns_.reset();
+  if (pid_ <= 0 || owner_ != getpid()) return;
+  kill(pid_, SIGKILL);
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+Result<ContainerHolder> start_holder(const LaunchSpec& spec) {
+  int fds[2];
+  SLIPWAY_SYS(pipe2(fds, O_CLOEXEC), "pipe2");
+  UniqueFd rd(fds[0]), wr(fds[1]);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return Status::from_errno("fork the container holder", errno);
+  if (pid == 0) run_holder(spec, wr.get(), parent);
+  wr.reset();
+  ContainerHolder starting(pid, UniqueFd(), UniqueFd());  // reaps the child on every error path
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(rd.get(), buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) msg.append(buf, static_cast<size_t>(n));
+  if (msg != "ready")
+    return Status::error(msg.empty() ? "the container holder died while starting" : msg, EIO);
+  const std::string proc = "/proc/" + std::to_string(pid) + "/ns/";
+  UniqueFd userns(open((proc + "user").c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd mntns(open((proc + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!userns.valid() || !mntns.valid())
+    return Status::from_errno("open the container holder's namespaces", errno);
+  starting.release();
+  return ContainerHolder(pid, std::move(userns), std::move(mntns));
+}
+
+}  // namespace slipway::launcher
