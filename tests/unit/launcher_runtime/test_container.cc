@@ -186,6 +186,81 @@ START_TEST(missing_workdir_is_a_clear_error) {
 }
 END_TEST
 
+// Forks a "task" that becomes kUser entirely, joins the holder's container with its own binds,
+// and runs `body` there.
+template <class F>
+pid_t spawn_task(const slipway::launcher::ContainerHolder& h, const LaunchSpec& spec,
+                 const slipway::launcher::TaskView& view, F body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (getuid() == 0 && (seteuid(0) || setgroups(0, nullptr) || setgid(kUser) || setuid(kUser)))
+      _exit(90);
+    auto st = slipway::launcher::join_container(h.userns_fd(), h.mntns_fd(), spec, view);
+    if (!st.ok()) {
+      fprintf(stderr, "join_container: %s\n", st.message().c_str());
+      _exit(91);
+    }
+    _exit(body());
+  }
+  return pid;
+}
+
+int reap(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+START_TEST(tasks_share_one_container_with_private_views) {
+  // As slurmstepd in user_init: real uid root, effective uid the job user.
+  if (getuid() == 0) ck_assert_int_eq(seteuid(kUser), 0);
+  LaunchSpec spec = spec_for_user();
+  spec.binds.clear();
+  auto holder = slipway::launcher::start_holder(spec);
+  ck_assert_msg(holder.ok(), "%s", holder.ok() ? "" : holder.status().message().c_str());
+  ck_assert_int_gt(holder->pid(), 0);
+  mkdir((g_base + "/task1").c_str(), 0755);
+  chown((g_base + "/task1").c_str(), kUser, kUser);
+  const std::string user_ns_file = g_base + "/work/userns";
+  slipway::launcher::TaskView one{{{.source = g_base + "/task1", .destination = "/task"}}, "/task"};
+  slipway::launcher::TaskView two{{}, "/"};
+  // Task one: sees its bind and records its user namespace for task two to compare.
+  pid_t t1 = spawn_task(*holder, spec, one, [&] {
+    if (access("/etc/slipway-image", R_OK) != 0) return 1;
+    char cwd[64];
+    if (!getcwd(cwd, sizeof cwd) || std::string(cwd) != "/task") return 2;
+    std::ofstream("/task/userns") << read_link("/proc/self/ns/user");
+    return 0;
+  });
+  ck_assert_int_eq(reap(t1), 0);
+  std::ifstream in(g_base + "/task1/userns");
+  std::string t1_userns;
+  std::getline(in, t1_userns);
+  pid_t t2 = spawn_task(*holder, spec, two, [&] {
+    if (access("/etc/slipway-image", R_OK) != 0) return 1;
+    if (read_link("/proc/self/ns/user") != t1_userns) return 2;  // same container: CMA works
+    if (access("/task/userns", F_OK) == 0) return 3;             // but not task one's binds
+    if (getuid() != kUser) return 4;
+    return 0;
+  });
+  ck_assert_int_eq(reap(t2), 0);
+  pid_t hp = holder->pid();
+  holder->stop();
+  ck_assert_int_ne(kill(hp, 0), 0);  // reaped: no holder outlives stop()
+}
+END_TEST
+
+START_TEST(holder_reports_build_errors) {
+  if (getuid() == 0) ck_assert_int_eq(seteuid(kUser), 0);
+  LaunchSpec spec = spec_for_user();
+  spec.rootfs = g_base + "/no-such-rootfs";
+  auto holder = slipway::launcher::start_holder(spec);
+  ck_assert(!holder.ok());
+  ck_assert_msg(holder.status().message().find("overlay") != std::string::npos, "%s",
+                holder.status().message().c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   if (!userns_available()) {
     printf("SKIPPED: unprivileged user namespaces are not available (user.max_user_namespaces)\n");
@@ -199,6 +274,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, writable_overlay_never_reaches_the_image);
   tcase_add_test(tc, remap_root_maps_the_user_to_zero);
   tcase_add_test(tc, missing_workdir_is_a_clear_error);
+  tcase_add_test(tc, tasks_share_one_container_with_private_views);
+  tcase_add_test(tc, holder_reports_build_errors);
   suite_add_tcase(s, tc);
   return s;
 }
