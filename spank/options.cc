@@ -2,6 +2,7 @@
 #include "options.h"
 
 #include <array>
+#include <algorithm>
 #include <charconv>
 
 namespace slipway::spank {
@@ -14,6 +15,12 @@ constexpr std::array kOptions = {
     OptionSpec{OptionId::kDlGpus, "dl-gpus", "N|auto|none",
                "[slipway] GPUs per task, chosen by local rank from the step's GPUs on the node "
                "(auto: divide them evenly among the node's tasks)"},
+    OptionSpec{OptionId::kDlHostLibs, "dl-host-libs", "SET[,SET...]",
+               "[slipway] inject these site-configured host library sets (e.g. mpi,nccl) into the "
+               "container, ahead of the image's copies"},
+    OptionSpec{OptionId::kDlExplain, "dl-explain", nullptr,
+               "[slipway] print what each task would get (binds, environment, injected "
+               "libraries) and why, without running the command"},
 };
 
 constexpr int kMaxGpusPerTask = 64;
@@ -53,6 +60,26 @@ Status apply_option(JobOptions& opts, OptionId id, const char* arg) {
         return Status::error("--container-image needs an image, e.g. --container-image=ubuntu",
                              EINVAL);
       opts.container_image = std::string(value);
+      return Status();
+    case OptionId::kDlHostLibs: {
+      opts.dl_host_libs.clear();
+      size_t i = 0;
+      while (i <= value.size()) {
+        size_t j = std::min(value.find(',', i), value.size());
+        std::string_view name = value.substr(i, j - i);
+        if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") !=
+                                std::string_view::npos)
+          return Status::error("--dl-host-libs='" + std::string(value) +
+                                   "': set names are lowercase words separated by commas, e.g. "
+                                   "--dl-host-libs=mpi,nccl",
+                               EINVAL);
+        opts.dl_host_libs.emplace_back(name);
+        i = j + 1;
+      }
+      return Status();
+    }
+    case OptionId::kDlExplain:
+      opts.dl_explain = true;
       return Status();
     case OptionId::kDlGpus: {
       auto g = parse_dl_gpus(value);

@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -14,7 +15,7 @@ namespace slipway::spank {
 using launcher::Result;
 using launcher::Status;
 
-enum class OptionId : int { kContainerImage = 1, kDlGpus };
+enum class OptionId : int { kContainerImage = 1, kDlGpus, kDlHostLibs, kDlExplain };
 
 struct OptionSpec {
   OptionId id;
@@ -36,6 +37,8 @@ struct DlGpus {
 struct JobOptions {
   std::string container_image;
   DlGpus dl_gpus;
+  std::vector<std::string> dl_host_libs;  // names of site-configured host library sets
+  bool dl_explain = false;
 };
 
 Result<DlGpus> parse_dl_gpus(std::string_view text);

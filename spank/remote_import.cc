@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "image/image_ref.h"
+#include "dl_hooks.h"
 #include "log.h"
 #include "plugin_state.h"
 #include "remote_env.h"
@@ -92,6 +93,10 @@ int remote_user_init(spank_t sp) {
     return 0;
   }
   st.spec = node_spec(*ids, *image, st.cache_dir);
+  if (auto dl = prepare_dl_node(sp, st, st.spec); !dl.ok()) {
+    st.deferred_error = dl.message();
+    return 0;
+  }
   auto holder = launcher::start_holder(st.spec);
   if (!holder.ok()) {
     st.deferred_error = "cannot start the container of image '" + st.options.container_image +

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "dl_hooks.h"
 #include "log.h"
 #include "plugin_state.h"
 #include "remote_env.h"
@@ -66,8 +67,13 @@ int remote_task_init(spank_t sp) {
   }
   if (!st.image) return 0;  // no --container-image, or a step that runs outside containers
   apply_image_env(sp, st.image->config);
-  auto status = launcher::join_container(st.holder.userns_fd(), st.holder.mntns_fd(), st.spec,
-                                         task_view(sp, st.spec));
+  launcher::TaskView view = task_view(sp, st.spec);
+  if (auto dl = prepare_dl_task(sp, st, view); !dl.ok()) {
+    log_error(dl.message());
+    return -1;
+  }
+  auto status =
+      launcher::join_container(st.holder.userns_fd(), st.holder.mntns_fd(), st.spec, view);
   if (!status.ok()) {
     log_error("cannot enter the container of image '" + st.options.container_image + "': " +
               status.message());
