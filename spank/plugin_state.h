@@ -10,6 +10,7 @@
 #include "image/import.h"
 #include "options.h"
 #include "runtime/container.h"
+#include "spank_c.h"
 
 namespace slipway::spank {
 
