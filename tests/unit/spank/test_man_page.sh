@@ -8,7 +8,7 @@ keys=$(grep -oE 'ConfigKey\{"[a-z_]+"' "$src/config.cc" | sed 's/.*"\(.*\)"/\1/'
 [ -n "$names" ] && [ -n "$keys" ] || { echo "could not read the tables"; exit 1; }
 missing=0
 for n in $names; do
-  grep -q "^\.BI \\\\-\\\\-$(echo "$n" | sed 's/-/\\\\-/g')" "$man" || { echo "man page lacks --$n"; missing=1; }
+  grep -q "^\.BI\? \\\\-\\\\-$(echo "$n" | sed 's/-/\\\\-/g')" "$man" || { echo "man page lacks --$n"; missing=1; }
 done
 for k in $keys; do
   grep -q "^\.BI $k=" "$man" || { echo "man page lacks plugstack key $k"; missing=1; }
