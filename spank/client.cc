@@ -25,10 +25,35 @@ launcher::RegistryOptions registry_options(const PluginConfig& cfg) {
   return r;
 }
 
+// Everything that can be checked before the job is queued: environment defaults, contradictions,
+// and mount sources (the login node usually shares the file systems the nodes bind).
+launcher::Status check_options(PluginState& st) {
+  char buf[4096];
+  std::string cwd = getcwd(buf, sizeof buf) ? buf : "/";
+  SLIPWAY_TRY(apply_env_defaults(
+      st.options,
+      [](const std::string& name) -> std::optional<std::string> {
+        const char* v = getenv(name.c_str());
+        return v ? std::optional<std::string>(v) : std::nullopt;
+      },
+      st.config.honor_pyxis_env, cwd));
+  SLIPWAY_TRY(validate_options(st.options));
+  for (const auto& m : st.options.mounts)
+    if (access(m.source.c_str(), F_OK) != 0)
+      return launcher::Status::error("--container-mounts: source '" + m.source +
+                                         "' does not exist; create it or fix the path",
+                                     ENOENT);
+  return launcher::Status();
+}
+
 }  // namespace
 
 int client_init_post_opt(spank_t) {
   PluginState& st = state();
+  if (auto checked = check_options(st); !checked.ok()) {
+    log_error(checked.message());
+    return -1;
+  }
   if (st.options.container_image.empty()) return 0;
   launcher::RefDefaults defaults;
   defaults.default_registry = st.config.default_registry;

@@ -4,6 +4,8 @@
 #include <array>
 #include <string_view>
 
+#include "options.h"
+
 namespace slipway::spank {
 namespace {
 
@@ -26,6 +28,13 @@ Status set_absolute_path(std::string& out, std::string_view key, std::string_vie
     return Status::error(std::string(key) + "='" + std::string(v) + "' must be an absolute path",
                          EINVAL);
   out = std::string(v);
+  return Status();
+}
+
+Status set_bool(bool& out, std::string_view key, std::string_view v) {
+  if (v == "1" || v == "yes" || v == "true") out = true;
+  else if (v == "0" || v == "no" || v == "false") out = false;
+  else return Status::error(std::string(key) + "='" + std::string(v) + "' must be 1 or 0", EINVAL);
   return Status();
 }
 
@@ -54,6 +63,48 @@ constexpr std::array kConfigKeys = {
     ConfigKey{"ca_file", "extra CA bundle (PEM) trusted for registries",
               [](PluginConfig& c, std::string_view v) {
                 return set_absolute_path(c.ca_file, "ca_file", v);
+              }},
+    ConfigKey{"runtime_dir", "node-local root of named containers (default <cache>/containers)",
+              [](PluginConfig& c, std::string_view v) {
+                return set_absolute_path(c.runtime_dir, "runtime_dir", v);
+              }},
+    ConfigKey{"sbatch_support", "1: #SBATCH --container-image runs the batch script itself in "
+                                "the container (default 0)",
+              [](PluginConfig& c, std::string_view v) {
+                return set_bool(c.sbatch_support, "sbatch_support", v);
+              }},
+    ConfigKey{"execute_entrypoint", "default of --container-entrypoint (default 0)",
+              [](PluginConfig& c, std::string_view v) {
+                return set_bool(c.execute_entrypoint, "execute_entrypoint", v);
+              }},
+    ConfigKey{"mount_home", "default of --container-mount-home (default 1)",
+              [](PluginConfig& c, std::string_view v) {
+                return set_bool(c.mount_home, "mount_home", v);
+              }},
+    ConfigKey{"remap_root", "default of --container-remap-root (default 0)",
+              [](PluginConfig& c, std::string_view v) {
+                return set_bool(c.remap_root, "remap_root", v);
+              }},
+    ConfigKey{"container_scope", "job (default): named containers end with the job; global: "
+                                 "they persist across the user's jobs on the node",
+              [](PluginConfig& c, std::string_view v) {
+                if (v == "job") c.container_scope = ContainerScope::kJob;
+                else if (v == "global") c.container_scope = ContainerScope::kGlobal;
+                else return Status::error("container_scope='" + std::string(v) +
+                                              "' must be job or global", EINVAL);
+                return Status();
+              }},
+    ConfigKey{"mounts", "extra mounts for every container, --container-mounts syntax",
+              [](PluginConfig& c, std::string_view v) {
+                auto parsed = parse_mounts(v, "/");
+                if (!parsed.ok()) return parsed.status();
+                c.mounts = std::string(v);
+                return Status();
+              }},
+    ConfigKey{"honor_pyxis_env", "1 (default): PYXIS_CONTAINER_* variables work as "
+                                 "SLIPWAY_CONTAINER_* do",
+              [](PluginConfig& c, std::string_view v) {
+                return set_bool(c.honor_pyxis_env, "honor_pyxis_env", v);
               }},
 };
 

@@ -10,11 +10,21 @@
 
 namespace slipway::spank {
 
+enum class ContainerScope { kJob, kGlobal };
+
 struct PluginConfig {
   std::string cache_dir;         // empty: per user, /var/tmp/slipway-<uid>
+  std::string runtime_dir;       // named containers' writable layers; empty: <cache>/containers
   std::string default_registry = "registry-1.docker.io";
   std::vector<std::string> insecure_registries;  // spoken to over plain HTTP
   std::string ca_file;           // extra CA bundle for registries
+  bool sbatch_support = false;   // run the batch script itself in the container
+  bool execute_entrypoint = false;  // default of --container-entrypoint
+  bool mount_home = true;        // default of --container-mount-home
+  bool remap_root = false;       // default of --container-remap-root
+  ContainerScope container_scope = ContainerScope::kJob;  // lifetime of named containers
+  std::string mounts;            // extra mounts for every container, --container-mounts syntax
+  bool honor_pyxis_env = true;   // read PYXIS_CONTAINER_* as well as SLIPWAY_CONTAINER_*
 };
 
 launcher::Result<PluginConfig> parse_plugin_args(int argc, char** argv);

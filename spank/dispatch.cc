@@ -3,12 +3,15 @@
 // here are exported (see spank_slipway.lds and the nm test).
 #include "spank_c.h"
 
+#include <unistd.h>
+
 #include <array>
 #include <exception>
 #include <string>
 
 #include "log.h"
 #include "plugin_state.h"
+#include "remote_env.h"
 
 #define SLIPWAY_EXPORT __attribute__((visibility("default")))
 
@@ -43,9 +46,17 @@ int guarded(const char* where, F&& body) {
   return -1;
 }
 
-int on_option(int val, const char* optarg, int /*remote*/) {
+std::string working_directory() {
+  char buf[4096];
+  return getcwd(buf, sizeof buf) ? std::string(buf) : std::string("/");
+}
+
+int on_option(int val, const char* optarg, int remote) {
+  // In slurmstepd the options are read with spank_option_getopt() instead (load_remote_options).
+  if (remote) return 0;
   return guarded("option", [&] {
-    auto st = apply_option(state().options, static_cast<OptionId>(val), optarg);
+    auto st = apply_option(state().options, static_cast<OptionId>(val), optarg,
+                           working_directory());
     if (st.ok()) return 0;
     log_error(st.message());
     return -1;
@@ -53,11 +64,15 @@ int on_option(int val, const char* optarg, int /*remote*/) {
 }
 
 // spank_option_register() keeps a pointer: the array lives as long as the plugin.
-std::array<spank_option, 16> g_spank_options{};
+std::array<spank_option, 32> g_spank_options{};
 
 int register_options(spank_t sp) {
   auto table = option_table();
-  for (size_t i = 0; i < table.size() && i < g_spank_options.size(); ++i) {
+  if (table.size() >= g_spank_options.size()) {
+    log_error("internal error: the option table outgrew its registration array");
+    return -1;
+  }
+  for (size_t i = 0; i < table.size(); ++i) {
     const OptionSpec& o = table[i];
     g_spank_options[i] = spank_option{const_cast<char*>(o.name), const_cast<char*>(o.arginfo),
                                       const_cast<char*>(o.usage), o.arginfo ? 1 : 0,
@@ -72,15 +87,23 @@ int register_options(spank_t sp) {
 
 }  // namespace
 
-void load_remote_options(spank_t sp) {
+void load_remote_options(spank_t sp, const std::string& cwd) {
+  PluginState& ps = state();
+  ps.options = JobOptions();
+  auto keep_first_error = [&](const Status& st) {
+    if (!st.ok() && ps.deferred_error.empty()) ps.deferred_error = st.message();
+  };
   for (const auto& opt : g_spank_options) {
     if (!opt.name) break;
     char* arg = nullptr;
     auto o = opt;
     if (spank_option_getopt(sp, &o, &arg) != ESPANK_SUCCESS) continue;
-    auto st = apply_option(state().options, static_cast<OptionId>(opt.val), arg);
-    if (!st.ok() && state().deferred_error.empty()) state().deferred_error = st.message();
+    keep_first_error(apply_option(ps.options, static_cast<OptionId>(opt.val), arg, cwd));
   }
+  keep_first_error(apply_env_defaults(
+      ps.options, [&](const std::string& name) { return job_getenv(sp, name.c_str()); },
+      ps.config.honor_pyxis_env, cwd));
+  keep_first_error(validate_options(ps.options));
 }
 
 }  // namespace slipway::spank
@@ -124,6 +147,10 @@ extern "C" SLIPWAY_EXPORT int slurm_spank_user_init(spank_t sp, int, char**) {
 
 extern "C" SLIPWAY_EXPORT int slurm_spank_task_init(spank_t sp, int, char**) {
   return guarded("task_init", [&] { return spank_remote(sp) ? remote_task_init(sp) : 0; });
+}
+
+extern "C" SLIPWAY_EXPORT int slurm_spank_job_epilog(spank_t sp, int, char**) {
+  return guarded("job_epilog", [&] { return remote_job_epilog(sp); });
 }
 
 extern "C" SLIPWAY_EXPORT int slurm_spank_exit(spank_t sp, int, char**) {

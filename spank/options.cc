@@ -1,29 +1,224 @@
 // The option table and the validation of each option's value (see options.h).
 #include "options.h"
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <charconv>
 
 namespace slipway::spank {
 namespace {
 
+constexpr int kMaxGpusPerTask = 64;
+
+Status bad(std::string_view option, std::string_view value, std::string_view fix) {
+  return Status::error("--" + std::string(option) + "='" + std::string(value) + "' " +
+                           std::string(fix),
+                       EINVAL);
+}
+
+std::vector<std::string_view> split(std::string_view v, char sep) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i <= v.size()) {
+    size_t j = std::min(v.find(sep, i), v.size());
+    out.push_back(v.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+bool has_dotdot(std::string_view path) {
+  for (auto c : split(path, '/'))
+    if (c == "..") return true;
+  return false;
+}
+
+Status set_image(JobOptions& o, std::string_view v, std::string_view) {
+  if (v.empty()) return bad("container-image", v, "needs an image, e.g. --container-image=ubuntu");
+  o.container_image = std::string(v);
+  return Status();
+}
+
+Status set_mounts(JobOptions& o, std::string_view v, std::string_view cwd) {
+  auto m = parse_mounts(v, cwd);
+  SLIPWAY_TRY(m);
+  o.mounts.insert(o.mounts.end(), m->begin(), m->end());
+  return Status();
+}
+
+Status set_workdir(JobOptions& o, std::string_view v, std::string_view) {
+  if (v.empty() || v[0] != '/' || has_dotdot(v))
+    return bad("container-workdir", v, "must be an absolute path inside the container, e.g. /work");
+  o.workdir = std::string(v);
+  return Status();
+}
+
+Status set_name(JobOptions& o, std::string_view v, std::string_view) {
+  auto colon = v.find(':');
+  std::string_view name = v.substr(0, colon), mode = colon == v.npos ? "auto" : v.substr(colon + 1);
+  if (name.empty() || name.size() > 64 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+          name.npos ||
+      name[0] == '.')
+    return bad("container-name", v, "needs a NAME of letters, digits, '_', '.', '-' (64 at most)");
+  constexpr std::array<std::pair<std::string_view, NameMode>, 4> kModes = {
+      {{"auto", NameMode::kAuto}, {"create", NameMode::kCreate}, {"exec", NameMode::kExec},
+       {"no_exec", NameMode::kNoExec}}};
+  auto it = std::find_if(kModes.begin(), kModes.end(), [&](auto& m) { return m.first == mode; });
+  if (it == kModes.end())
+    return bad("container-name", v, "has an unknown mode; use NAME[:create|exec|no_exec|auto]");
+  o.container_name = std::string(name);
+  o.name_mode = it->second;
+  return Status();
+}
+
+Status set_save(JobOptions& o, std::string_view v, std::string_view cwd) {
+  if (v.empty()) return bad("container-save", v, "needs a file path, e.g. --container-save=img.tar");
+  o.save_path = v[0] == '/' ? std::string(v) : std::string(cwd) + "/" + std::string(v);
+  return Status();
+}
+
+Status set_env_names(JobOptions& o, std::string_view v, std::string_view) {
+  for (auto n : split(v, ',')) {
+    if (n.empty() || n.find_first_of("= ") != n.npos || (n[0] >= '0' && n[0] <= '9'))
+      return bad("container-env", v, "takes variable names separated by commas, e.g. PATH,HOME");
+    o.env_names.emplace_back(n);
+  }
+  return Status();
+}
+
+Status set_unshare(JobOptions& o, std::string_view v, std::string_view) {
+  for (auto n : split(v, ',')) {
+    if (n == "net") o.unshare.net = true;
+    else if (n == "ipc") o.unshare.ipc = true;
+    else if (n == "uts") o.unshare.uts = true;
+    else return bad("container-unshare", v, "takes net, ipc and uts, separated by commas");
+  }
+  return Status();
+}
+
+Status set_dl_gpus(JobOptions& o, std::string_view v, std::string_view) {
+  auto g = parse_dl_gpus(v);
+  SLIPWAY_TRY(g);
+  o.dl_gpus = *g;
+  return Status();
+}
+
+Status set_dl_host_libs(JobOptions& o, std::string_view v, std::string_view) {
+  o.dl_host_libs.clear();
+  for (auto n : split(v, ',')) {
+    if (n.empty() || n.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != n.npos)
+      return bad("dl-host-libs", v, "takes lowercase set names separated by commas, e.g. mpi,nccl");
+    o.dl_host_libs.emplace_back(n);
+  }
+  return Status();
+}
+
+// A flag sets one tri-state field; its --no- twin clears it.
+template <std::optional<bool> JobOptions::*Field, bool Value>
+Status set_flag(JobOptions& o, std::string_view, std::string_view) {
+  o.*Field = Value;
+  return Status();
+}
+
+Status set_entrypoint_log(JobOptions& o, std::string_view, std::string_view) {
+  o.entrypoint_log = true;
+  return Status();
+}
+
+Status set_dl_explain(JobOptions& o, std::string_view, std::string_view) {
+  o.dl_explain = true;
+  return Status();
+}
+
 constexpr std::array kOptions = {
     OptionSpec{OptionId::kContainerImage, "container-image", "IMAGE",
                "[slipway] run the step in the container IMAGE: [REGISTRY/]REPO[:TAG][@DIGEST], "
-               "docker://..., an OCI or docker archive (./img.tar) or an OCI layout directory"},
+               "docker://..., an OCI or docker archive (./img.tar) or an OCI layout directory",
+               "CONTAINER_IMAGE", set_image},
+    OptionSpec{OptionId::kContainerMounts, "container-mounts", "SRC[:DST[:FLAGS]][,...]",
+               "[slipway] bind host paths into the container; FLAGS: ro, rw, rbind, norbind "
+               "(joined by '+')",
+               "CONTAINER_MOUNTS", set_mounts},
+    OptionSpec{OptionId::kContainerWorkdir, "container-workdir", "PATH",
+               "[slipway] working directory inside the container", "CONTAINER_WORKDIR",
+               set_workdir},
+    OptionSpec{OptionId::kContainerName, "container-name", "NAME[:create|exec|no_exec|auto]",
+               "[slipway] keep the container's filesystem under NAME and reuse it in later steps "
+               "(of this job, or of later jobs with container_scope=global)",
+               "CONTAINER_NAME", set_name},
+    OptionSpec{OptionId::kContainerSave, "container-save", "PATH",
+               "[slipway] save the container's filesystem to PATH (an OCI archive that "
+               "--container-image accepts) when the step ends",
+               "CONTAINER_SAVE", set_save},
+    OptionSpec{OptionId::kContainerMountHome, "container-mount-home", nullptr,
+               "[slipway] bind the user's home directory (the site default decides otherwise)",
+               "CONTAINER_MOUNT_HOME", set_flag<&JobOptions::mount_home, true>},
+    OptionSpec{OptionId::kNoContainerMountHome, "no-container-mount-home", nullptr,
+               "[slipway] do not bind the user's home directory", nullptr,
+               set_flag<&JobOptions::mount_home, false>},
+    OptionSpec{OptionId::kContainerRemapRoot, "container-remap-root", nullptr,
+               "[slipway] be root inside the container (package managers work; nothing gains "
+               "privilege outside)",
+               "CONTAINER_REMAP_ROOT", set_flag<&JobOptions::remap_root, true>},
+    OptionSpec{OptionId::kNoContainerRemapRoot, "no-container-remap-root", nullptr,
+               "[slipway] keep the job user's uid inside the container", nullptr,
+               set_flag<&JobOptions::remap_root, false>},
+    OptionSpec{OptionId::kContainerEntrypoint, "container-entrypoint", nullptr,
+               "[slipway] run the image's entrypoint once per node before the tasks start",
+               "CONTAINER_ENTRYPOINT", set_flag<&JobOptions::entrypoint, true>},
+    OptionSpec{OptionId::kNoContainerEntrypoint, "no-container-entrypoint", nullptr,
+               "[slipway] do not run the image's entrypoint", nullptr,
+               set_flag<&JobOptions::entrypoint, false>},
+    OptionSpec{OptionId::kContainerEntrypointLog, "container-entrypoint-log", nullptr,
+               "[slipway] show the entrypoint's output", "CONTAINER_ENTRYPOINT_LOG",
+               set_entrypoint_log},
+    OptionSpec{OptionId::kContainerWritable, "container-writable", nullptr,
+               "[slipway] make the container's root writable (a tmpfs overlay: the image is "
+               "never modified)",
+               "CONTAINER_WRITABLE", set_flag<&JobOptions::writable, true>},
+    OptionSpec{OptionId::kContainerReadonly, "container-readonly", nullptr,
+               "[slipway] make the container's root read-only", nullptr,
+               set_flag<&JobOptions::writable, false>},
+    OptionSpec{OptionId::kContainerEnv, "container-env", "NAME[,NAME...]",
+               "[slipway] keep the job's value of these variables over the image's",
+               "CONTAINER_ENV", set_env_names},
+    OptionSpec{OptionId::kContainerUnshare, "container-unshare", "net,ipc,uts",
+               "[slipway] give the node's container its own network, IPC or UTS namespace",
+               "CONTAINER_UNSHARE", set_unshare},
     OptionSpec{OptionId::kDlGpus, "dl-gpus", "N|auto|none",
                "[slipway] GPUs per task, chosen by local rank from the step's GPUs on the node "
-               "(auto: divide them evenly among the node's tasks)"},
+               "(auto: divide them evenly among the node's tasks)",
+               "DL_GPUS", set_dl_gpus},
     OptionSpec{OptionId::kDlHostLibs, "dl-host-libs", "SET[,SET...]",
                "[slipway] inject these site-configured host library sets (e.g. mpi,nccl) into the "
-               "container, ahead of the image's copies"},
+               "container, ahead of the image's copies",
+               "DL_HOST_LIBS", set_dl_host_libs},
     OptionSpec{OptionId::kDlExplain, "dl-explain", nullptr,
                "[slipway] print what each task would get (binds, environment, injected "
-               "libraries) and why, without running the command"},
+               "libraries) and why, without running the command",
+               nullptr, set_dl_explain},
 };
 
-constexpr int kMaxGpusPerTask = 64;
+const OptionSpec* find_option(OptionId id) {
+  for (const auto& o : kOptions)
+    if (o.id == id) return &o;
+  return nullptr;
+}
+
+// Pairs of flags that contradict each other when both are given.
+constexpr std::array<std::pair<OptionId, OptionId>, 4> kOpposites = {{
+    {OptionId::kContainerMountHome, OptionId::kNoContainerMountHome},
+    {OptionId::kContainerRemapRoot, OptionId::kNoContainerRemapRoot},
+    {OptionId::kContainerEntrypoint, OptionId::kNoContainerEntrypoint},
+    {OptionId::kContainerWritable, OptionId::kContainerReadonly},
+}};
+
+std::optional<bool> parse_bool(std::string_view v) {
+  if (v == "1" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "no" || v.empty()) return false;
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -31,64 +226,112 @@ std::span<const OptionSpec> option_table() { return kOptions; }
 
 Result<DlGpus> parse_dl_gpus(std::string_view text) {
   DlGpus g;
-  if (text == "none") {
-    g.mode = DlGpus::Mode::kNone;
-    return g;
-  }
-  if (text == "auto") {
-    g.mode = DlGpus::Mode::kAuto;
+  if (text == "none" || text == "auto") {
+    g.mode = text == "none" ? DlGpus::Mode::kNone : DlGpus::Mode::kAuto;
     return g;
   }
   int n = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size() || n < 1 ||
       n > kMaxGpusPerTask)
-    return Status::error("--dl-gpus='" + std::string(text) +
-                             "' is not valid; use a count from 1 to " +
-                             std::to_string(kMaxGpusPerTask) + ", 'auto' or 'none'",
-                         EINVAL);
+    return bad("dl-gpus", text,
+               "is not valid; use a count from 1 to " + std::to_string(kMaxGpusPerTask) +
+                   ", 'auto' or 'none'");
   g.mode = DlGpus::Mode::kCount;
   g.count = n;
   return g;
 }
 
-Status apply_option(JobOptions& opts, OptionId id, const char* arg) {
-  std::string_view value = arg ? arg : "";
-  switch (id) {
-    case OptionId::kContainerImage:
-      if (value.empty())
-        return Status::error("--container-image needs an image, e.g. --container-image=ubuntu",
-                             EINVAL);
-      opts.container_image = std::string(value);
-      return Status();
-    case OptionId::kDlHostLibs: {
-      opts.dl_host_libs.clear();
-      size_t i = 0;
-      while (i <= value.size()) {
-        size_t j = std::min(value.find(',', i), value.size());
-        std::string_view name = value.substr(i, j - i);
-        if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") !=
-                                std::string_view::npos)
-          return Status::error("--dl-host-libs='" + std::string(value) +
-                                   "': set names are lowercase words separated by commas, e.g. "
-                                   "--dl-host-libs=mpi,nccl",
-                               EINVAL);
-        opts.dl_host_libs.emplace_back(name);
-        i = j + 1;
-      }
-      return Status();
+Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_view cwd) {
+  std::vector<MountSpec> out;
+  for (auto entry : split(text, ',')) {
+    auto f = split(entry, ':');
+    MountSpec m;
+    if (entry.empty() || f.size() > 3 || f[0].empty())
+      return bad("container-mounts", entry, "is malformed; use SRC[:DST[:FLAGS]][,...]");
+    m.source = f[0][0] == '/' ? std::string(f[0]) : std::string(cwd) + "/" + std::string(f[0]);
+    m.destination = f.size() > 1 ? std::string(f[1]) : m.source;
+    if (m.destination.empty() || m.destination[0] != '/' || has_dotdot(m.destination))
+      return bad("container-mounts", entry,
+                 "needs an absolute destination inside the container, e.g. /data:/data");
+    if (has_dotdot(m.source))
+      return bad("container-mounts", entry, "has '..' in its source; give a plain path");
+    for (auto flag : f.size() > 2 ? split(f[2], '+') : std::vector<std::string_view>{}) {
+      if (flag == "ro") m.read_only = true;
+      else if (flag == "rw") m.read_only = false;
+      else if (flag == "rbind") m.recursive = true;
+      else if (flag == "norbind") m.recursive = false;
+      else return bad("container-mounts", entry, "has an unknown flag; use ro, rw, rbind, norbind");
     }
-    case OptionId::kDlExplain:
-      opts.dl_explain = true;
-      return Status();
-    case OptionId::kDlGpus: {
-      auto g = parse_dl_gpus(value);
-      SLIPWAY_TRY(g);
-      opts.dl_gpus = *g;
-      return Status();
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Status apply_option(JobOptions& opts, OptionId id, const char* arg, std::string_view cwd) {
+  const OptionSpec* spec = find_option(id);
+  if (!spec) return Status::error("unknown option", EINVAL);
+  std::string_view value = arg ? arg : "";
+  if (spec->arginfo && !arg) return bad(spec->name, value, "needs a value");
+  SLIPWAY_TRY(spec->apply(opts, value, cwd));
+  opts.given.push_back(id);
+  return Status();
+}
+
+Status apply_env_defaults(JobOptions& opts, const EnvLookup& getenv, bool honor_pyxis,
+                          std::string_view cwd) {
+  auto is_given = [&](OptionId id) {
+    return std::find(opts.given.begin(), opts.given.end(), id) != opts.given.end();
+  };
+  for (const auto& o : kOptions) {
+    if (!o.env || is_given(o.id)) continue;
+    // A flag's --no- twin given on the command line also beats the environment.
+    bool twin_given = false;
+    for (auto [a, b] : kOpposites) twin_given |= (a == o.id && is_given(b)) || (b == o.id && is_given(a));
+    if (twin_given) continue;
+    std::string var = std::string("SLIPWAY_") + o.env;
+    auto value = getenv(var);
+    if (!value && honor_pyxis) value = getenv(var = std::string("PYXIS_") + o.env);
+    if (!value) continue;
+    Status st;
+    if (o.arginfo) {
+      st = o.apply(opts, *value, cwd);
+    } else if (auto b = parse_bool(*value); !b) {
+      st = Status::error(var + "='" + *value + "' must be 1 or 0", EINVAL);
+    } else if (*b) {
+      st = o.apply(opts, "", cwd);
+    } else {
+      for (auto [a, neg] : kOpposites)
+        if (a == o.id) st = find_option(neg)->apply(opts, "", cwd);
+    }
+    SLIPWAY_TRY(std::move(st).context("environment " + var));
+  }
+  return Status();
+}
+
+Status validate_options(const JobOptions& opts) {
+  auto is_given = [&](OptionId id) {
+    return std::find(opts.given.begin(), opts.given.end(), id) != opts.given.end();
+  };
+  for (auto [a, b] : kOpposites)
+    if (is_given(a) && is_given(b))
+      return Status::error(std::string("--") + find_option(a)->name + " and --" +
+                               find_option(b)->name + " contradict each other; give one",
+                           EINVAL);
+  if (!opts.wants_container()) {
+    for (OptionId id : opts.given) {
+      if (id >= OptionId::kDlGpus) continue;  // --dl-* options also apply without a container
+      return Status::error(std::string("--") + find_option(id)->name +
+                               " needs --container-image (or --container-name of an existing "
+                               "container)",
+                           EINVAL);
     }
   }
-  return Status::error("unknown option", EINVAL);
+  if (opts.name_mode == NameMode::kCreate && opts.container_image.empty())
+    return Status::error("--container-name=" + opts.container_name +
+                             ":create needs --container-image to create it from",
+                         EINVAL);
+  return Status();
 }
 
 }  // namespace slipway::spank

@@ -1,8 +1,11 @@
 // The job options the plugin adds to srun, sbatch and salloc, as one declarative table: SPANK
-// registration, validation and help text are all generated from kOptionTable (style.md, "Data as
-// tables"). Parsing is pure (no Slurm calls) so it is unit-tested directly.
+// registration, --help text, environment defaults (SLIPWAY_CONTAINER_*, PYXIS_CONTAINER_*) and the
+// man page check all come from option_table() (style.md, "Data as tables"). Names and meanings
+// follow pyxis so job scripts move over unchanged. Parsing is pure (no Slurm calls): unit-tested.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,13 +18,38 @@ namespace slipway::spank {
 using launcher::Result;
 using launcher::Status;
 
-enum class OptionId : int { kContainerImage = 1, kDlGpus, kDlHostLibs, kDlExplain };
+enum class OptionId : int {
+  kContainerImage = 1,
+  kContainerMounts,
+  kContainerWorkdir,
+  kContainerName,
+  kContainerSave,
+  kContainerMountHome,
+  kNoContainerMountHome,
+  kContainerRemapRoot,
+  kNoContainerRemapRoot,
+  kContainerEntrypoint,
+  kNoContainerEntrypoint,
+  kContainerEntrypointLog,
+  kContainerWritable,
+  kContainerReadonly,
+  kContainerEnv,
+  kContainerUnshare,
+  kDlGpus,
+  kDlHostLibs,
+  kDlExplain,
+};
+
+struct JobOptions;
 
 struct OptionSpec {
   OptionId id;
   const char* name;     // long option, without "--"
   const char* arginfo;  // shown in --help; nullptr for a flag
   const char* usage;    // one line of --help text
+  const char* env;      // "CONTAINER_IMAGE": read from SLIPWAY_<env> or PYXIS_<env>; nullptr: none
+  // Validates and stores the value (flags get ""); errors name the option and the fix.
+  Status (*apply)(JobOptions& opts, std::string_view value, std::string_view cwd);
 };
 
 // Every option the plugin registers, in --help order.
@@ -34,16 +62,57 @@ struct DlGpus {
   int count = 0;
 };
 
+// One --container-mounts entry: SRC[:DST[:FLAGS]], FLAGS joined by '+': ro, rw, rbind, norbind.
+struct MountSpec {
+  std::string source;
+  std::string destination;
+  bool read_only = false;
+  bool recursive = true;
+};
+
+// --container-name=NAME[:MODE]. auto: reuse the named container if it exists, else create it;
+// create: always start afresh from the image; exec: it must exist; no_exec: like auto (a named
+// container has no running instance between steps here, so there is nothing to exec into).
+enum class NameMode { kAuto, kCreate, kExec, kNoExec };
+
+struct Unshare {
+  bool net = false, ipc = false, uts = false;
+};
+
 struct JobOptions {
   std::string container_image;
+  std::vector<MountSpec> mounts;
+  std::string workdir;
+  std::string container_name;
+  NameMode name_mode = NameMode::kAuto;
+  std::string save_path;
+  std::optional<bool> mount_home, remap_root, entrypoint, writable;  // unset: the site default
+  bool entrypoint_log = false;
+  std::vector<std::string> env_names;  // --container-env: keep the job's value over the image's
+  Unshare unshare;
   DlGpus dl_gpus;
   std::vector<std::string> dl_host_libs;  // names of site-configured host library sets
   bool dl_explain = false;
+
+  // True when the step runs in a container (an image or a named container was asked for).
+  bool wants_container() const { return !container_image.empty() || !container_name.empty(); }
+  std::vector<OptionId> given;  // options set by the user, in order (for conflict checks)
 };
 
 Result<DlGpus> parse_dl_gpus(std::string_view text);
+Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_view cwd);
 
 // Validates `arg` for option `id` and stores it in `opts`. The error names the option and the fix.
-Status apply_option(JobOptions& opts, OptionId id, const char* arg);
+// `cwd` makes relative mount sources absolute.
+Status apply_option(JobOptions& opts, OptionId id, const char* arg, std::string_view cwd = "");
+
+// Fills options the user did not give from SLIPWAY_CONTAINER_* (then PYXIS_CONTAINER_* when
+// `honor_pyxis`), read with `getenv`. Flags accept 1/0, true/false, yes/no.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+Status apply_env_defaults(JobOptions& opts, const EnvLookup& getenv, bool honor_pyxis,
+                          std::string_view cwd = "");
+
+// Checks between options once all are known: contradictory flags, options that need an image.
+Status validate_options(const JobOptions& opts);
 
 }  // namespace slipway::spank

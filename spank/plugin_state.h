@@ -8,7 +8,9 @@
 
 #include "config.h"
 #include "image/import.h"
+#include "image/cache.h"
 #include "options.h"
+#include "remote_env.h"
 #include "runtime/container.h"
 #include "spank_c.h"
 
@@ -17,11 +19,17 @@ namespace slipway::spank {
 struct PluginState {
   PluginConfig config;
   JobOptions options;
+  std::optional<StepIds> ids;                    // set in user_init for containerized steps
   std::optional<launcher::ImportedImage> image;  // set by user_init on success
   launcher::LaunchSpec spec;                     // the node's container, as the holder built it
   launcher::ContainerHolder holder;              // the node's container for this step
   std::string cache_dir;                         // the node cache this step uses
   std::string deferred_error;                    // set by user_init on failure
+  std::string named_dir;                         // --container-name: its directory on this node
+  bool named_exists = false;                     // it was there before this step
+  std::optional<launcher::FileLock> named_lock;  // held for the step: one step at a time
+  std::optional<launcher::FileLock> image_in_use;  // keeps `slipway gc` off the step's image
+  std::vector<std::string> entrypoint_env;       // what the image's entrypoint exported
 };
 
 PluginState& state();
@@ -37,7 +45,17 @@ int remote_user_init(spank_t sp);
 int remote_task_init(spank_t sp);
 int remote_exit(spank_t sp);
 
-// Fills state().options from the options slurmstepd received in the launch message.
-void load_remote_options(spank_t sp);
+// Fills state().options from the options slurmstepd received in the launch message, then from the
+// job's SLIPWAY_CONTAINER_* / PYXIS_CONTAINER_* variables; relative paths resolve against `cwd`.
+void load_remote_options(spank_t sp, const std::string& cwd);
+
+// remote_container.cc: the node's container for the step (named or not), started in user_init
+// once the image is known; finish at the end of the step (slurm_spank_exit); job epilog cleanup.
+launcher::Status prepare_named_container(PluginState& st);
+launcher::Status start_node_container(spank_t sp, PluginState& st);
+void finish_node_container(PluginState& st);
+int remote_job_epilog(spank_t sp);
+launcher::Result<std::string> named_container_image(const PluginState& st);
+std::string cache_dir_for(const PluginConfig& cfg, uid_t uid);
 
 }  // namespace slipway::spank

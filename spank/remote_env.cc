@@ -1,6 +1,8 @@
 // Typed wrappers over the SPANK item and environment calls (see remote_env.h).
 #include "remote_env.h"
 
+#include <pwd.h>
+
 #include <vector>
 
 namespace slipway::spank {
@@ -24,6 +26,13 @@ std::optional<StepIds> step_ids(spank_t sp) {
       spank_get_item(sp, S_JOB_GID, &ids.gid) != ESPANK_SUCCESS)
     return std::nullopt;
   return ids;
+}
+
+std::string home_of(uid_t uid) {
+  struct passwd pw, *res = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &res) != 0 || !res || !res->pw_dir) return "";
+  return res->pw_dir;
 }
 
 }  // namespace slipway::spank

@@ -26,4 +26,7 @@ struct StepIds {
 
 std::optional<StepIds> step_ids(spank_t sp);
 
+// The home directory of `uid` from the password database; empty if unknown.
+std::string home_of(uid_t uid);
+
 }  // namespace slipway::spank

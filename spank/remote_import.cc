@@ -17,19 +17,6 @@
 namespace slipway::spank {
 namespace {
 
-std::string home_of(uid_t uid) {
-  struct passwd pw, *res = nullptr;
-  char buf[4096];
-  if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) != 0 || !res || !res->pw_dir) return "";
-  return res->pw_dir;
-}
-
-std::string cache_dir_for(const PluginConfig& cfg, uid_t uid) {
-  if (cfg.cache_dir.empty()) return launcher::default_cache_dir(uid);
-  // A site-wide root still gets one directory per user unless the admin shares it on purpose.
-  return cfg.cache_dir + "/" + std::to_string(uid);
-}
-
 launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& ids) {
   PluginState& st = state();
   launcher::RefDefaults defaults;
@@ -51,64 +38,66 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   return launcher::import_image(*ref, opts);
 }
 
-// The part of the container that every task of the node shares.
-launcher::LaunchSpec node_spec(const StepIds& ids, const launcher::ImportedImage& image,
-                               const std::string& cache_dir) {
-  launcher::LaunchSpec spec;
-  spec.rootfs = image.rootfs;
-  spec.scratch_dir = cache_dir + "/mnt";
-  spec.uid = ids.uid;
-  spec.gid = ids.gid;
-  const std::string home = home_of(ids.uid);
-  struct stat st;
-  if (!home.empty() && stat(home.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    spec.binds.push_back({.source = home, .destination = home});
-  spec.host_files = {"/etc/hosts", "/etc/resolv.conf"};
-  return spec;
+
+// The image of the step: the named container's, or imported (once per node) from the reference.
+launcher::Result<launcher::ImportedImage> step_image(spank_t sp, PluginState& st) {
+  if (st.named_exists) {
+    auto digest = named_container_image(st);
+    SLIPWAY_TRY(digest);
+    auto image = launcher::find_cached_image(launcher::NodeCache(st.cache_dir), *digest);
+    if (!image.ok())
+      return launcher::Status::error(
+          "the image of container '" + st.options.container_name +
+              "' is no longer in the node cache; recreate it with --container-name=" +
+              st.options.container_name + ":create --container-image=IMAGE",
+          ENOENT);
+    return image;
+  }
+  return import_for(sp, *st.ids);
+}
+
+launcher::Status setup_step(spank_t sp, PluginState& st) {
+  SLIPWAY_TRY(prepare_named_container(st));
+  auto image = step_image(sp, st);
+  SLIPWAY_TRY(image);
+  st.image = std::move(*image);
+  if (auto in_use = launcher::mark_in_use(launcher::NodeCache(st.cache_dir),
+                                          st.image->manifest_digest);
+      in_use.ok())
+    st.image_in_use = std::move(*in_use);
+  // The per-task private mount point of the container root (see LaunchSpec::scratch_dir).
+  std::string mnt = st.cache_dir + "/mnt";
+  if (mkdir(mnt.c_str(), 0700) != 0 && errno != EEXIST)
+    return launcher::Status::from_errno("create " + mnt, errno);
+  return start_node_container(sp, st);
 }
 
 }  // namespace
 
 int remote_user_init(spank_t sp) {
   PluginState& st = state();
-  load_remote_options(sp);
-  if (st.options.container_image.empty()) return 0;
+  load_remote_options(sp, job_getenv(sp, "PWD").value_or("/"));
+  if (!st.deferred_error.empty() || !st.options.wants_container()) return 0;
   auto ids = step_ids(sp);
   if (!ids) {
     st.deferred_error = "cannot read the job's ids from slurmstepd";
     return 0;
   }
-  if (!ids->is_user_step()) return 0;
+  const bool batch = ids->step_id == SLURM_BATCH_SCRIPT;
+  if (!(ids->is_user_step() || (batch && st.config.sbatch_support))) return 0;
+  st.ids = ids;
   st.cache_dir = cache_dir_for(st.config, ids->uid);
-  auto image = import_for(sp, *ids);
-  if (!image.ok()) {
-    st.deferred_error = image.status().message();
+  auto status = setup_step(sp, st);
+  if (!status.ok()) {
+    st.image.reset();
+    st.deferred_error = status.message();
     log_error(st.deferred_error);
     return 0;
   }
-  // The per-task private mount point of the container root (see LaunchSpec::scratch_dir).
-  std::string mnt = st.cache_dir + "/mnt";
-  if (mkdir(mnt.c_str(), 0700) != 0 && errno != EEXIST) {
-    st.deferred_error = "cannot create " + mnt + ": " + strerror(errno);
-    return 0;
-  }
-  st.spec = node_spec(*ids, *image, st.cache_dir);
-  if (auto dl = prepare_dl_node(sp, st, st.spec); !dl.ok()) {
-    st.deferred_error = dl.message();
-    return 0;
-  }
-  auto holder = launcher::start_holder(st.spec);
-  if (!holder.ok()) {
-    st.deferred_error = "cannot start the container of image '" + st.options.container_image +
-                        "': " + holder.status().message();
-    log_error(st.deferred_error);
-    return 0;
-  }
-  st.holder = std::move(*holder);
-  log_info("step " + std::to_string(ids->job_id) + "." + std::to_string(ids->step_id) +
-              ": image " + image->manifest_digest + (image->was_cached ? " (cached)" : " (imported)") +
-              ", container holder " + std::to_string(st.holder.pid()));
-  st.image = std::move(*image);
+  log_info("step " + std::to_string(ids->job_id) + "." + std::to_string(ids->step_id) + ": image " +
+           st.image->manifest_digest + (st.image->was_cached ? " (cached)" : " (imported)") +
+           (st.named_dir.empty() ? "" : ", container '" + st.options.container_name + "'") +
+           ", holder " + std::to_string(st.holder.pid()));
   return 0;
 }
 

@@ -1,10 +1,11 @@
 // task_init on each node (the task process, fully the job user, just before slurmstepd execs the
-// user's command): apply the image environment, then move the task into the container. The command
-// is looked up after this returns, so it is found inside the image.
+// user's command): set the task's environment, join the node's container with a private view,
+// then lock privileges down. The command is looked up after this returns, so inside the image.
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "plugin_state.h"
 #include "remote_env.h"
 #include "runtime/container.h"
+#include "runtime/seccomp.h"
 
 namespace slipway::spank {
 namespace {
@@ -24,7 +26,7 @@ bool is_dir(const std::string& p) {
 
 bool is_under(const std::string& path, const std::string& dir) {
   return !dir.empty() && path.compare(0, dir.size(), dir) == 0 &&
-         (path.size() == dir.size() || path[dir.size()] == '/');
+         (path.size() == dir.size() || path[dir.size()] == '/' || dir == "/");
 }
 
 std::string current_dir() {
@@ -34,27 +36,57 @@ std::string current_dir() {
 
 // What only this task gets: Slurm's PMIx server directory (in the task's environment only from
 // task_init on: platform.md) and its working directory, unless the node's binds cover it.
-launcher::TaskView task_view(spank_t sp, const launcher::LaunchSpec& node) {
+launcher::TaskView task_view(spank_t sp, const PluginState& st) {
   launcher::TaskView view;
   if (auto pmix = job_getenv(sp, "PMIX_SERVER_TMPDIR"); pmix && is_dir(*pmix))
     view.binds.push_back({.source = *pmix, .destination = *pmix});
+  if (!st.options.workdir.empty()) {
+    view.workdir = st.options.workdir;
+    return view;
+  }
   const std::string cwd = current_dir();
   bool covered = cwd == "/" || is_under(cwd, "/tmp");
-  for (const auto& b : node.binds) covered = covered || is_under(cwd, b.destination);
+  for (const auto& b : st.spec.binds) covered = covered || is_under(cwd, b.destination);
   if (!covered && is_dir(cwd)) view.binds.push_back({.source = cwd, .destination = cwd});
   view.workdir = cwd;
   return view;
 }
 
-// Image Env under the job's: a variable the job sets wins, except PATH, whose host value means
-// nothing inside the image (documented in slipway(1), ENVIRONMENT).
-void apply_image_env(spank_t sp, const launcher::ImageConfig& config) {
-  for (const auto& kv : config.env) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
-    std::string name = kv.substr(0, eq);
-    spank_setenv(sp, name.c_str(), kv.c_str() + eq + 1, name == "PATH" ? 1 : 0);
-  }
+// Variables that belong to one task (or to Slurm and Slipway): an image never overrides them.
+bool is_per_task(const std::string& name) {
+  for (const char* p : {"SLURM_", "PMIX_", "PMI_", "OMPI_", "SLIPWAY_"})
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+// Environment precedence (slipway(1), ENVIRONMENT; pyxis's): the job's environment, then the
+// image's Env and what its entrypoint exported override it, except variables named by
+// --container-env, which keep the job's value, and per-task variables, which the image never sets.
+void apply_image_env(spank_t sp, const PluginState& st) {
+  auto apply = [&](const std::vector<std::string>& vars) {
+    for (const auto& kv : vars) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) continue;
+      std::string name = kv.substr(0, eq);
+      const auto& keep = st.options.env_names;
+      if (is_per_task(name) || std::find(keep.begin(), keep.end(), name) != keep.end()) continue;
+      spank_setenv(sp, name.c_str(), kv.c_str() + eq + 1, 1);
+    }
+  };
+  apply(st.image->config.env);
+  apply(st.entrypoint_env);
+}
+
+// PMIx inside the container (platform.md): without the server's directory bound, the shared
+// memory store (gds ds12/ds21) cannot be used; with root remapped inside, only munge can prove
+// who we are to Slurm's PMIx server.
+void adjust_pmix_env(spank_t sp, const PluginState& st, const launcher::TaskView& view) {
+  auto tmpdir = job_getenv(sp, "PMIX_SERVER_TMPDIR");
+  if (!tmpdir) return;  // not a PMIx step
+  bool bound = std::any_of(view.binds.begin(), view.binds.end(),
+                           [&](const auto& b) { return b.destination == *tmpdir; });
+  if (!bound) spank_setenv(sp, "PMIX_MCA_gds", "hash", 1);
+  if (st.spec.remap_root && is_dir("/run/munge")) spank_setenv(sp, "PMIX_MCA_psec", "munge", 1);
 }
 
 }  // namespace
@@ -65,16 +97,15 @@ int remote_task_init(spank_t sp) {
     log_error(st.deferred_error);
     return -1;
   }
-  if (!st.image) return 0;  // no --container-image, or a step that runs outside containers
-  apply_image_env(sp, st.image->config);
-  launcher::TaskView view = task_view(sp, st.spec);
+  if (!st.image) return 0;  // no container for this step
+  apply_image_env(sp, st);
+  launcher::TaskView view = task_view(sp, st);
+  adjust_pmix_env(sp, st, view);
   if (auto dl = prepare_dl_task(sp, st, view); !dl.ok()) {
     log_error(dl.message());
     return -1;
   }
-  auto status =
-      launcher::join_container(st.holder.userns_fd(), st.holder.mntns_fd(), st.spec, view);
-  if (!status.ok()) {
+  if (auto status = launcher::join_container(st.holder, st.spec, view); !status.ok()) {
     log_error("cannot enter the container of image '" + st.options.container_image + "': " +
               status.message());
     return -1;
@@ -84,16 +115,18 @@ int remote_task_init(spank_t sp) {
     log_error(std::string("prctl(PR_SET_NO_NEW_PRIVS): ") + strerror(errno));
     return -1;
   }
+  if (st.spec.remap_root) {
+    if (auto s = launcher::install_fake_root_filter(); !s.ok()) {
+      log_error(s.message());
+      return -1;
+    }
+  }
   return 0;
 }
 
-}  // namespace slipway::spank
-
-namespace slipway::spank {
-
 // slurmstepd, after every task of the node has exited (also after scancel): stop the holder.
 int remote_exit(spank_t) {
-  state().holder.stop();
+  finish_node_container(state());
   return 0;
 }
 

@@ -10,6 +10,9 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -30,6 +33,31 @@ Status write_proc_file(const char* path, const std::string& data) {
   if (!fd.valid()) return Status::from_errno(std::string("open ") + path, errno);
   if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size()))
     return Status::from_errno(std::string("write ") + path, errno);
+  return Status();
+}
+
+// Brings the loopback interface of a fresh network namespace up (netdevice(7), SIOCSIFFLAGS).
+Status loopback_up() {
+  UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return Status::from_errno("socket", errno);
+  struct ifreq ifr = {};
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  SLIPWAY_SYS(ioctl(sock.get(), SIOCGIFFLAGS, &ifr), "read the flags of lo");
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+  SLIPWAY_SYS(ioctl(sock.get(), SIOCSIFFLAGS, &ifr), "bring lo up");
+  return Status();
+}
+
+// --container-unshare: namespaces owned by the container's user namespace.
+Status unshare_optional(const LaunchSpec& spec) {
+  int flags = (spec.unshare_net ? CLONE_NEWNET : 0) | (spec.unshare_ipc ? CLONE_NEWIPC : 0) |
+              (spec.unshare_uts ? CLONE_NEWUTS : 0);
+  if (flags == 0) return Status();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  SLIPWAY_SYS(unshare(flags), "unshare the container's net/ipc/uts namespaces");
+  if (spec.unshare_uts) SLIPWAY_SYS(sethostname(host, std::strlen(host)), "sethostname");
+  if (spec.unshare_net) SLIPWAY_TRY(loopback_up());
   return Status();
 }
 
@@ -57,7 +85,7 @@ Status enter_namespaces(const LaunchSpec& spec) {
                               std::to_string(inner_gid) + " " + std::to_string(spec.gid) + " 1\n"));
   // Nothing we mount may propagate back to the node, and pivot_root refuses shared mounts.
   SLIPWAY_SYS(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), "make / private");
-  return Status();
+  return unshare_optional(spec);
 }
 
 bool has_overlay_special_chars(const std::string& p) {
@@ -74,7 +102,17 @@ Result<std::string> mount_overlay_root(const LaunchSpec& spec) {
               "mount tmpfs on " + s);
   for (const char* d : {"/upper", "/work", "/root"})
     SLIPWAY_SYS(mkdir((s + d).c_str(), 0755), "mkdir " + s + d);
-  std::string opts = "lowerdir=" + spec.rootfs + ",upperdir=" + s + "/upper,workdir=" + s + "/work";
+  // A named container keeps its changes on disk, in its own directory, across steps.
+  const std::string& layer = spec.persistent_dir.empty() ? s : spec.persistent_dir;
+  if (!spec.persistent_dir.empty()) {
+    if (has_overlay_special_chars(layer))
+      return Status::error("container directory '" + layer + "' contains ',', ':' or '\\'", EINVAL);
+    for (const char* d : {"/upper", "/work"})
+      if (mkdir((layer + d).c_str(), 0700) == -1 && errno != EEXIST)
+        return Status::from_errno("mkdir " + layer + d, errno);
+  }
+  std::string opts = "lowerdir=" + spec.rootfs + ",upperdir=" + layer + "/upper,workdir=" + layer +
+                     "/work";
   const std::string root = s + "/root";
   // userxattr: keep overlay metadata in user.* xattrs, the only ones a user namespace may write
   // (Documentation/filesystems/overlayfs.rst); older kernels without it get the plain options.
@@ -139,7 +177,8 @@ Status mount_binds(int root_fd, const LaunchSpec& spec) {
   for (const auto& b : spec.binds) {
     if (b.optional && access(b.source.c_str(), F_OK) != 0) continue;
     SLIPWAY_TRY(bind_at(root_fd, b.source, b.destination,
-                        {.recursive = b.recursive, .read_only = b.read_only}));
+                        {.recursive = b.recursive, .read_only = b.read_only,
+                         .allow_devices = b.allow_devices}));
   }
   for (const auto& f : spec.host_files) {
     if (access(f.c_str(), R_OK) != 0) continue;
@@ -219,11 +258,13 @@ Status enter_container(const LaunchSpec& spec) {
   return enter_root(spec, TaskView{{}, spec.workdir});
 }
 
-Status join_container(int userns_fd, int mntns_fd, const LaunchSpec& spec, const TaskView& task) {
-  // Entering the user namespace first gives us CAP_SYS_ADMIN over the mount namespace it owns; the
+Status join_container(const ContainerHolder& holder, const LaunchSpec& spec, const TaskView& task) {
+  // Entering the user namespace first gives us the capabilities over the namespaces it owns; the
   // holder's mount namespace puts our root and cwd at its root (setns(2)).
-  SLIPWAY_SYS(setns(userns_fd, CLONE_NEWUSER), "join the container's user namespace");
-  SLIPWAY_SYS(setns(mntns_fd, CLONE_NEWNS), "join the container's mount namespace");
+  SLIPWAY_SYS(setns(holder.userns_fd(), CLONE_NEWUSER), "join the container's user namespace");
+  for (const auto& [fd, type] : holder.other_namespaces())
+    SLIPWAY_SYS(setns(fd, type), "join the container's namespace " + std::to_string(type));
+  SLIPWAY_SYS(setns(holder.mntns_fd(), CLONE_NEWNS), "join the container's mount namespace");
   return enter_root(spec, task);
 }
 

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -42,6 +43,12 @@ class ContainerHolder {
   pid_t pid() const { return pid_; }
   int userns_fd() const { return userns_.get(); }
   int mntns_fd() const { return mntns_.get(); }
+  // The net/ipc/uts namespaces the container unshared: (fd, CLONE_NEW*) pairs.
+  const std::vector<std::pair<int, int>>& other_namespaces() const { return others_; }
+  void add_namespace(UniqueFd fd, int type) {
+    others_.emplace_back(fd.get(), type);
+    owned_.push_back(std::move(fd));
+  }
   bool running() const { return pid_ > 0; }
   // Kills the holder and reaps it; the container's mounts go when its last task exits. Only the
   // process that started the holder does anything here: a forked task that exits must not take
@@ -54,6 +61,8 @@ class ContainerHolder {
   pid_t pid_ = -1;
   pid_t owner_ = -1;
   UniqueFd userns_, mntns_;
+  std::vector<std::pair<int, int>> others_;
+  std::vector<UniqueFd> owned_;
 };
 
 // Forks the holder. When the caller runs as root with another effective uid (slurmstepd in
@@ -62,7 +71,7 @@ class ContainerHolder {
 Result<ContainerHolder> start_holder(const LaunchSpec& spec);
 
 // Joins the container of `holder` (its namespace fds) and enters the task's root.
-Status join_container(int userns_fd, int mntns_fd, const LaunchSpec& spec, const TaskView& task);
+Status join_container(const ContainerHolder& holder, const LaunchSpec& spec, const TaskView& task);
 
 // True when `path` (absolute, inside the container root `root_fd`) resolves to a location inside the
 // root without following any symlink that leaves it (openat2 RESOLVE_BENEATH semantics).

@@ -3,6 +3,7 @@
 // the step alive: platform.md), builds the container, reports "ready" or the error through a pipe,
 // then sleeps until it is killed or its parent dies.
 #include <fcntl.h>
+#include <sched.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -64,7 +65,9 @@ ContainerHolder::ContainerHolder(ContainerHolder&& o) noexcept
     : pid_(std::exchange(o.pid_, -1)),
       owner_(std::exchange(o.owner_, -1)),
       userns_(std::move(o.userns_)),
-      mntns_(std::move(o.mntns_)) {}
+      mntns_(std::move(o.mntns_)),
+      others_(std::move(o.others_)),
+      owned_(std::move(o.owned_)) {}
 
 ContainerHolder& ContainerHolder::operator=(ContainerHolder&& o) noexcept {
   if (this != &o) {
@@ -73,6 +76,8 @@ ContainerHolder& ContainerHolder::operator=(ContainerHolder&& o) noexcept {
     owner_ = std::exchange(o.owner_, -1);
     userns_ = std::move(o.userns_);
     mntns_ = std::move(o.mntns_);
+    others_ = std::move(o.others_);
+    owned_ = std::move(o.owned_);
   }
   return *this;
 }
@@ -82,6 +87,8 @@ ContainerHolder::~ContainerHolder() { stop(); }
 void ContainerHolder::stop() {
   userns_.reset();
   mntns_.reset();
+  others_.clear();
+  owned_.clear();
   if (pid_ <= 0 || owner_ != getpid()) return;
   kill(pid_, SIGKILL);
   while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
@@ -112,7 +119,18 @@ Result<ContainerHolder> start_holder(const LaunchSpec& spec) {
   if (!userns.valid() || !mntns.valid())
     return Status::from_errno("open the container holder's namespaces", errno);
   starting.release();
-  return ContainerHolder(pid, std::move(userns), std::move(mntns));
+  ContainerHolder holder(pid, std::move(userns), std::move(mntns));
+  const std::pair<bool, std::pair<const char*, int>> others[] = {
+      {spec.unshare_net, {"net", CLONE_NEWNET}},
+      {spec.unshare_ipc, {"ipc", CLONE_NEWIPC}},
+      {spec.unshare_uts, {"uts", CLONE_NEWUTS}}};
+  for (const auto& [wanted, ns] : others) {
+    if (!wanted) continue;
+    UniqueFd fd(open((proc + ns.first).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return Status::from_errno(std::string("open the holder's ") + ns.first, errno);
+    holder.add_namespace(std::move(fd), ns.second);
+  }
+  return holder;
 }
 
 }  // namespace slipway::launcher

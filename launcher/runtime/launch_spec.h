@@ -17,6 +17,7 @@ struct Bind {
   bool read_only = false;
   bool recursive = true;    // MS_REC: also bind the mounts below source
   bool optional = false;    // skip quietly when the source does not exist
+  bool allow_devices = false;  // device nodes under it stay usable (only for GPU devices)
 };
 
 struct LaunchSpec {
@@ -26,6 +27,11 @@ struct LaunchSpec {
   gid_t gid = 0;
   bool remap_root = false;  // map the user to 0 inside (--container-remap-root)
   bool writable = false;    // keep the overlay writable (tmpfs upper, thrown away at exit)
+  std::string persistent_dir;  // a named container: the overlay's upper and work dirs live here
+                               // and outlive the step; empty: a tmpfs upper
+  bool unshare_net = false;    // the container's own network namespace (only loopback, up)
+  bool unshare_ipc = false;    // its own System V IPC and POSIX message queues
+  bool unshare_uts = false;    // its own host name (kept equal to the node's)
   std::vector<Bind> binds;  // applied in order, after /dev, /proc, /sys
   std::string workdir;      // chdir target inside; empty: "/"
   std::vector<std::string> host_files;  // files copied from the host if present (/etc/hosts, ...)

@@ -1,2 +1,3 @@
 # Container runtime sources: namespaces, mounts, pivot_root.
-target_sources(slipway_launcher PRIVATE runtime/container.cc runtime/holder.cc runtime/mounts.cc)
+target_sources(slipway_launcher PRIVATE runtime/container.cc runtime/holder.cc runtime/mounts.cc
+  runtime/seccomp.cc)

@@ -195,7 +195,7 @@ pid_t spawn_task(const slipway::launcher::ContainerHolder& h, const LaunchSpec& 
   if (pid == 0) {
     if (getuid() == 0 && (seteuid(0) || setgroups(0, nullptr) || setgid(kUser) || setuid(kUser)))
       _exit(90);
-    auto st = slipway::launcher::join_container(h.userns_fd(), h.mntns_fd(), spec, view);
+    auto st = slipway::launcher::join_container(h, spec, view);
     if (!st.ok()) {
       fprintf(stderr, "join_container: %s\n", st.message().c_str());
       _exit(91);

@@ -1,5 +1,7 @@
 // Unit tests for the plugin's option table and plugstack.conf argument parser: values are
 // validated at submission with one line that names the option and the fix.
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +81,119 @@ START_TEST(plugstack_rejects_unknown_and_bad_values) {
 }
 END_TEST
 
+START_TEST(mounts_parse_and_reject_bad_specs) {
+  auto m = parse_mounts("/data:/data:ro,/scratch/x:/x,rel:/r:norbind+rw,/only", "/home/u");
+  ck_assert_msg(m.ok(), "%s", m.ok() ? "" : m.status().message().c_str());
+  ck_assert_int_eq(m->size(), 4);
+  ck_assert((*m)[0].read_only && (*m)[0].recursive);
+  ck_assert_str_eq((*m)[1].destination.c_str(), "/x");
+  ck_assert_str_eq((*m)[2].source.c_str(), "/home/u/rel");
+  ck_assert(!(*m)[2].recursive && !(*m)[2].read_only);
+  ck_assert_str_eq((*m)[3].destination.c_str(), "/only");
+  for (const char* bad : {"", "/a:relative", "/a:/b:ro:x", "/a:/b:bogus", "/a:/../etc", ":/b",
+                          "/a:/b,", "/a/../b:/c"}) {
+    auto r = parse_mounts(bad, "/");
+    ck_assert_msg(!r.ok(), "accepted '%s'", bad);
+    ck_assert_msg(r.status().message().find("--container-mounts=") == 0, "%s",
+                  r.status().message().c_str());
+  }
+}
+END_TEST
+
+START_TEST(container_name_modes) {
+  JobOptions o;
+  ck_assert(apply_option(o, OptionId::kContainerName, "pytorch").ok());
+  ck_assert(o.name_mode == NameMode::kAuto);
+  ck_assert(apply_option(o, OptionId::kContainerName, "x_1.2:create").ok());
+  ck_assert_str_eq(o.container_name.c_str(), "x_1.2");
+  ck_assert(o.name_mode == NameMode::kCreate);
+  ck_assert(apply_option(o, OptionId::kContainerName, "x:exec").ok() && o.name_mode == NameMode::kExec);
+  ck_assert(apply_option(o, OptionId::kContainerName, "x:no_exec").ok());
+  for (const char* bad : {"", ":create", "a/b", "x:bogus", ".hidden", "a b"})
+    ck_assert_msg(!apply_option(o, OptionId::kContainerName, bad).ok(), "accepted '%s'", bad);
+}
+END_TEST
+
+START_TEST(other_values_validated) {
+  JobOptions o;
+  ck_assert(apply_option(o, OptionId::kContainerWorkdir, "/work").ok());
+  ck_assert(!apply_option(o, OptionId::kContainerWorkdir, "work").ok());
+  ck_assert(apply_option(o, OptionId::kContainerUnshare, "net,uts").ok());
+  ck_assert(o.unshare.net && o.unshare.uts && !o.unshare.ipc);
+  auto bad = apply_option(o, OptionId::kContainerUnshare, "pid");
+  ck_assert(!bad.ok() && bad.message().find("net, ipc and uts") != std::string::npos);
+  ck_assert(apply_option(o, OptionId::kContainerEnv, "PATH,LD_LIBRARY_PATH").ok());
+  ck_assert_int_eq(o.env_names.size(), 2);
+  ck_assert(!apply_option(o, OptionId::kContainerEnv, "A=B").ok());
+  ck_assert(apply_option(o, OptionId::kContainerSave, "out.tar", "/home/u").ok());
+  ck_assert_str_eq(o.save_path.c_str(), "/home/u/out.tar");
+}
+END_TEST
+
+START_TEST(contradictory_flags_and_missing_image) {
+  JobOptions o;
+  ck_assert(apply_option(o, OptionId::kContainerImage, "busybox").ok());
+  ck_assert(apply_option(o, OptionId::kContainerWritable, nullptr).ok());
+  ck_assert(apply_option(o, OptionId::kContainerReadonly, nullptr).ok());
+  auto v = validate_options(o);
+  ck_assert(!v.ok());
+  ck_assert_msg(v.message() == "--container-writable and --container-readonly contradict each "
+                               "other; give one", "%s", v.message().c_str());
+  JobOptions no_image;
+  ck_assert(apply_option(no_image, OptionId::kContainerMounts, "/a:/b").ok());
+  v = validate_options(no_image);
+  ck_assert(!v.ok() && v.message().find("--container-mounts needs --container-image") == 0);
+  JobOptions gpus_only;
+  ck_assert(apply_option(gpus_only, OptionId::kDlGpus, "1").ok());
+  ck_assert(validate_options(gpus_only).ok());
+  JobOptions create;
+  ck_assert(apply_option(create, OptionId::kContainerName, "n:create").ok());
+  ck_assert(!validate_options(create).ok());
+}
+END_TEST
+
+START_TEST(environment_defaults_slipway_then_pyxis) {
+  std::map<std::string, std::string> env = {{"PYXIS_CONTAINER_IMAGE", "pyxis/img"},
+                                            {"SLIPWAY_CONTAINER_WRITABLE", "1"},
+                                            {"PYXIS_CONTAINER_MOUNT_HOME", "0"},
+                                            {"SLIPWAY_CONTAINER_WORKDIR", "/w"}};
+  auto lookup = [&](const std::string& n) -> std::optional<std::string> {
+    auto it = env.find(n);
+    return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  JobOptions o;
+  ck_assert(apply_option(o, OptionId::kContainerWorkdir, "/cli").ok());
+  ck_assert(apply_env_defaults(o, lookup, true).ok());
+  ck_assert_str_eq(o.container_image.c_str(), "pyxis/img");
+  ck_assert(o.writable.value_or(false));
+  ck_assert(o.mount_home.has_value() && !*o.mount_home);
+  ck_assert_str_eq(o.workdir.c_str(), "/cli");  // the command line wins
+  JobOptions no_pyxis;
+  ck_assert(apply_env_defaults(no_pyxis, lookup, false).ok());
+  ck_assert(no_pyxis.container_image.empty());
+  env["SLIPWAY_CONTAINER_IMAGE"] = "slipway/img";
+  JobOptions both;
+  ck_assert(apply_env_defaults(both, lookup, true).ok());
+  ck_assert_str_eq(both.container_image.c_str(), "slipway/img");
+  env["SLIPWAY_CONTAINER_REMAP_ROOT"] = "maybe";
+  JobOptions bad;
+  auto st = apply_env_defaults(bad, lookup, true);
+  ck_assert(!st.ok() && st.message().find("SLIPWAY_CONTAINER_REMAP_ROOT='maybe'") != std::string::npos);
+}
+END_TEST
+
+START_TEST(new_plugstack_keys) {
+  auto c = parse({"sbatch_support=1", "container_scope=global", "mount_home=0",
+                  "mounts=/etc/site:/etc/site:ro", "runtime_dir=/local/run", "honor_pyxis_env=0"});
+  ck_assert_msg(c.ok(), "%s", c.ok() ? "" : c.status().message().c_str());
+  ck_assert(c->sbatch_support && !c->mount_home && !c->honor_pyxis_env);
+  ck_assert(c->container_scope == ContainerScope::kGlobal);
+  ck_assert(!parse({"container_scope=step"}).ok());
+  ck_assert(!parse({"mounts=/a:rel"}).ok());
+  ck_assert(!parse({"sbatch_support=maybe"}).ok());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("spank_options");
   TCase* tc = tcase_create("parse");
@@ -88,6 +203,12 @@ Suite* make_suite(void) {
   tcase_add_test(tc, option_table_is_complete);
   tcase_add_test(tc, plugstack_keys_parse);
   tcase_add_test(tc, plugstack_rejects_unknown_and_bad_values);
+  tcase_add_test(tc, mounts_parse_and_reject_bad_specs);
+  tcase_add_test(tc, container_name_modes);
+  tcase_add_test(tc, other_values_validated);
+  tcase_add_test(tc, contradictory_flags_and_missing_image);
+  tcase_add_test(tc, environment_defaults_slipway_then_pyxis);
+  tcase_add_test(tc, new_plugstack_keys);
   suite_add_tcase(s, tc);
   return s;
 }
