@@ -4,11 +4,12 @@
 #include <array>
 #include <string_view>
 
-#include "options.h"
+#include "options/job_options.h"
 
 namespace slipway::spank {
 namespace {
 
+using launcher::parse_mounts;
 using launcher::Status;
 
 std::vector<std::string> split_list(std::string_view v) {

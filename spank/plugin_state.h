@@ -9,12 +9,27 @@
 #include "config.h"
 #include "image/import.h"
 #include "image/cache.h"
-#include "options.h"
+#include "options/job_options.h"
 #include "remote_env.h"
 #include "runtime/container.h"
 #include "spank_c.h"
 
 namespace slipway::spank {
+
+// The job options live in launcher/options (shared with `slipway run`).
+using launcher::apply_env_defaults;
+using launcher::apply_option;
+using launcher::DlGpus;
+using launcher::JobOptions;
+using launcher::MountSpec;
+using launcher::NameMode;
+using launcher::option_table;
+using launcher::OptionId;
+using launcher::OptionSpec;
+using launcher::parse_mounts;
+using launcher::Result;
+using launcher::Status;
+using launcher::validate_options;
 
 struct PluginState {
   PluginConfig config;

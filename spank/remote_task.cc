@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dl_hooks.h"
+#include "options/container_plan.h"
 #include "log.h"
 #include "plugin_state.h"
 #include "remote_env.h"
@@ -52,25 +53,15 @@ launcher::TaskView task_view(spank_t sp, const PluginState& st) {
   return view;
 }
 
-// Variables that belong to one task (or to Slurm and Slipway): an image never overrides them.
-bool is_per_task(const std::string& name) {
-  for (const char* p : {"SLURM_", "PMIX_", "PMI_", "OMPI_", "SLIPWAY_"})
-    if (name.rfind(p, 0) == 0) return true;
-  return false;
-}
-
-// Environment precedence (slipway(1), ENVIRONMENT; pyxis's): the job's environment, then the
-// image's Env and what its entrypoint exported override it, except variables named by
-// --container-env, which keep the job's value, and per-task variables, which the image never sets.
+// The image's Env and what its entrypoint exported, with the precedence of image_may_set().
 void apply_image_env(spank_t sp, const PluginState& st) {
   auto apply = [&](const std::vector<std::string>& vars) {
     for (const auto& kv : vars) {
       size_t eq = kv.find('=');
       if (eq == std::string::npos || eq == 0) continue;
       std::string name = kv.substr(0, eq);
-      const auto& keep = st.options.env_names;
-      if (is_per_task(name) || std::find(keep.begin(), keep.end(), name) != keep.end()) continue;
-      spank_setenv(sp, name.c_str(), kv.c_str() + eq + 1, 1);
+      if (launcher::image_may_set(st.options, name))
+        spank_setenv(sp, name.c_str(), kv.c_str() + eq + 1, 1);
     }
   };
   apply(st.image->config.env);

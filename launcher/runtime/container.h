@@ -56,6 +56,8 @@ class ContainerHolder {
   void stop();
   // Forgets the holder without stopping it.
   void release() { pid_ = -1; }
+  // A holder that stop() must not kill (detached, or attached to).
+  void set_not_owned() { owner_ = -1; }
 
  private:
   pid_t pid_ = -1;
@@ -65,10 +67,22 @@ class ContainerHolder {
   std::vector<UniqueFd> owned_;
 };
 
-// Forks the holder. When the caller runs as root with another effective uid (slurmstepd in
-// user_init), the holder first becomes spec.uid/spec.gid entirely. It dies with its parent
-// (PR_SET_PDEATHSIG) and keeps none of the parent's file descriptors.
-Result<ContainerHolder> start_holder(const LaunchSpec& spec);
+struct HolderOptions {
+  // false: the holder is the caller's child and dies with it (PR_SET_PDEATHSIG): the plugin's case.
+  // true: the holder runs on its own (double fork, new session) and exits once nobody holds a
+  // shared flock on `users_lock` any more: the case of `slipway run` tasks under srun, where the
+  // task that happened to start it may finish first. stop() then only forgets it.
+  bool detached = false;
+  std::string users_lock;
+};
+
+// Starts the holder. When the caller runs as root with another effective uid (slurmstepd in
+// user_init), the holder first becomes spec.uid/spec.gid entirely. It keeps none of the caller's
+// file descriptors.
+Result<ContainerHolder> start_holder(const LaunchSpec& spec, const HolderOptions& options = {});
+
+// Opens the namespaces of a running holder (another process's, same user) for join_container().
+Result<ContainerHolder> attach_holder(pid_t pid, const LaunchSpec& spec);
 
 // Joins the container of `holder` (its namespace fds) and enters the task's root.
 Status join_container(const ContainerHolder& holder, const LaunchSpec& spec, const TaskView& task);

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,19 +42,63 @@ Status isolate_descriptors(int report_fd) {
   return Status();
 }
 
-[[noreturn]] void run_holder(const LaunchSpec& spec, int report_fd, pid_t parent) {
+// A detached holder lives while any task holds a shared flock on the users lock; the last one out
+// leaves it to remove the step's run directory (the lock's directory: holder, lock, users files).
+[[noreturn]] void wait_for_users(const std::string& users_lock) {
+  UniqueFd fd(open(users_lock.c_str(), O_RDONLY | O_CLOEXEC));
+  for (;;) {
+    usleep(200 * 1000);
+    if (fd.valid() && flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    const std::string dir = users_lock.substr(0, users_lock.rfind('/'));
+    for (const char* f : {"/holder", "/lock", "/users"}) unlink((dir + f).c_str());
+    rmdir(dir.c_str());
+    _exit(0);
+  }
+}
+
+[[noreturn]] void run_holder(const LaunchSpec& spec, int report_fd, pid_t parent,
+                             const HolderOptions& options) {
   Status st = isolate_descriptors(report_fd);
-  if (st.ok() && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
-    st = Status::from_errno("prctl(PR_SET_PDEATHSIG)", errno);
-  if (st.ok() && getppid() != parent) _exit(1);  // the parent died before PDEATHSIG was set
+  if (options.detached) {
+    // The grandchild of the caller, in its own session: nothing that ends the caller ends it.
+    if (st.ok() && setsid() == -1) st = Status::from_errno("setsid", errno);
+    pid_t pid = st.ok() ? fork() : 0;
+    if (pid != 0) _exit(pid > 0 ? 0 : 1);
+  } else {
+    if (st.ok() && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+      st = Status::from_errno("prctl(PR_SET_PDEATHSIG)", errno);
+    if (st.ok() && getppid() != parent) _exit(1);  // the parent died before PDEATHSIG was set
+  }
   prctl(PR_SET_NAME, "slipway-holder", 0, 0, 0);  // what ps and top show admins
   if (st.ok()) st = become_user(spec.uid, spec.gid);
   if (st.ok()) st = build_container(spec);
-  const std::string msg = st.ok() ? std::string("ready") : st.message();
+  const std::string msg = st.ok() ? "ready " + std::to_string(getpid()) : st.message();
   (void)!write(3, msg.data(), msg.size());
   ::close(3);
   if (!st.ok()) _exit(1);
+  if (options.detached) wait_for_users(options.users_lock);
   for (;;) pause();
+}
+
+// Opens the holder's namespaces: user and mount always, net/ipc/uts as the spec unshared them.
+Result<ContainerHolder> open_namespaces(pid_t pid, const LaunchSpec& spec) {
+  const std::string proc = "/proc/" + std::to_string(pid) + "/ns/";
+  UniqueFd userns(open((proc + "user").c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd mntns(open((proc + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!userns.valid() || !mntns.valid())
+    return Status::from_errno("open the container holder's namespaces", errno);
+  ContainerHolder holder(pid, std::move(userns), std::move(mntns));
+  const std::pair<bool, std::pair<const char*, int>> others[] = {
+      {spec.unshare_net, {"net", CLONE_NEWNET}},
+      {spec.unshare_ipc, {"ipc", CLONE_NEWIPC}},
+      {spec.unshare_uts, {"uts", CLONE_NEWUTS}}};
+  for (const auto& [wanted, ns] : others) {
+    if (!wanted) continue;
+    UniqueFd fd(open((proc + ns.first).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return Status::from_errno(std::string("open the holder's ") + ns.first, errno);
+    holder.add_namespace(std::move(fd), ns.second);
+  }
+  return holder;
 }
 
 }  // namespace
@@ -96,40 +141,43 @@ void ContainerHolder::stop() {
   pid_ = -1;
 }
 
-Result<ContainerHolder> start_holder(const LaunchSpec& spec) {
+Result<ContainerHolder> start_holder(const LaunchSpec& spec, const HolderOptions& options) {
   int fds[2];
   SLIPWAY_SYS(pipe2(fds, O_CLOEXEC), "pipe2");
   UniqueFd rd(fds[0]), wr(fds[1]);
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return Status::from_errno("fork the container holder", errno);
-  if (pid == 0) run_holder(spec, wr.get(), parent);
+  if (pid == 0) run_holder(spec, wr.get(), parent, options);
   wr.reset();
   ContainerHolder starting(pid, UniqueFd(), UniqueFd());  // reaps the child on every error path
+  if (options.detached) {
+    // The child exits as soon as it has forked the real holder.
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    starting.release();
+  }
   std::string msg;
   char buf[512];
   ssize_t n;
   while ((n = read(rd.get(), buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
     if (n > 0) msg.append(buf, static_cast<size_t>(n));
-  if (msg != "ready")
+  if (msg.rfind("ready ", 0) != 0)
     return Status::error(msg.empty() ? "the container holder died while starting" : msg, EIO);
-  const std::string proc = "/proc/" + std::to_string(pid) + "/ns/";
-  UniqueFd userns(open((proc + "user").c_str(), O_RDONLY | O_CLOEXEC));
-  UniqueFd mntns(open((proc + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!userns.valid() || !mntns.valid())
-    return Status::from_errno("open the container holder's namespaces", errno);
+  const pid_t holder_pid = static_cast<pid_t>(std::stol(msg.substr(6)));
   starting.release();
-  ContainerHolder holder(pid, std::move(userns), std::move(mntns));
-  const std::pair<bool, std::pair<const char*, int>> others[] = {
-      {spec.unshare_net, {"net", CLONE_NEWNET}},
-      {spec.unshare_ipc, {"ipc", CLONE_NEWIPC}},
-      {spec.unshare_uts, {"uts", CLONE_NEWUTS}}};
-  for (const auto& [wanted, ns] : others) {
-    if (!wanted) continue;
-    UniqueFd fd(open((proc + ns.first).c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return Status::from_errno(std::string("open the holder's ") + ns.first, errno);
-    holder.add_namespace(std::move(fd), ns.second);
+  auto holder = open_namespaces(holder_pid, spec);
+  if (holder.ok() && options.detached) holder->set_not_owned();
+  if (!holder.ok() && !options.detached) {
+    kill(holder_pid, SIGKILL);
+    waitpid(holder_pid, nullptr, 0);
   }
+  return holder;
+}
+
+Result<ContainerHolder> attach_holder(pid_t pid, const LaunchSpec& spec) {
+  auto holder = open_namespaces(pid, spec);
+  if (holder.ok()) holder->set_not_owned();
   return holder;
 }
 

@@ -29,8 +29,19 @@ if ((_instance == 0)); then
 else
     readonly SANDBOX_DIR=${SLIPWAY_SANDBOX_DIR:-/var/lib/slipway-sandbox-$_instance}
 fi
-# The sandbox's network: the host (controller, registry) is $SANDBOX_NET.1, node i is .1i.
+# The sandbox's network: the host (controller, registry) is $SANDBOX_NET.1, node i is .1i, in
+# network namespace ${SANDBOX_NETNS_PREFIX}i.
 readonly SANDBOX_NET=10.77.$_instance
+if ((_instance == 0)); then readonly SANDBOX_NETNS_PREFIX=slw-node; else readonly SANDBOX_NETNS_PREFIX=slw$_instance-node; fi
+
+# Pids of processes named NAME running on this sandbox's nodes (not another instance's).
+sandbox_pids() {
+    local pid
+    for pid in $(pgrep -x "$1"); do
+        [[ $(ip netns identify "$pid" 2>/dev/null) == "$SANDBOX_NETNS_PREFIX"* ]] && echo "$pid"
+    done
+    return 0
+}
 # Seconds a job may run before `timeout` kills it: nothing may hang a test.
 JOB_TIMEOUT=${SLIPWAY_JOB_TIMEOUT:-60}
 readonly SKIP_STATUS=77          # exit status of a skipped test (as in automake)

@@ -2,9 +2,9 @@
 # man/spank_slipway.8 must document every option of the plugin's option table and every
 # plugstack.conf key of the configuration table (style.md: tables drive the docs).
 set -eu
-src=$1 man=$2
-names=$(grep -oE 'OptionId::k[A-Za-z]+, "[a-z-]+"' "$src/options.cc" | sed 's/.*"\(.*\)"/\1/')
-keys=$(grep -oE 'ConfigKey\{"[a-z_]+"' "$src/config.cc" | sed 's/.*"\(.*\)"/\1/')
+options=$1 config=$2 man=$3
+names=$(grep -oE 'OptionId::k[A-Za-z]+, "[a-z-]+"' "$options" | sed 's/.*"\(.*\)"/\1/')
+keys=$(grep -oE 'ConfigKey\{"[a-z_]+"' "$config" | sed 's/.*"\(.*\)"/\1/')
 [ -n "$names" ] && [ -n "$keys" ] || { echo "could not read the tables"; exit 1; }
 missing=0
 for n in $names; do

@@ -7,9 +7,10 @@
 
 #include "check_main.h"
 #include "config.h"
-#include "options.h"
+#include "options/job_options.h"
 
 using namespace slipway::spank;
+using namespace slipway::launcher;
 
 START_TEST(dl_gpus_accepts_counts_auto_none) {
   auto g = parse_dl_gpus("2");

@@ -1,11 +1,11 @@
 // The option table and the validation of each option's value (see options.h).
-#include "options.h"
+#include "options/job_options.h"
 
 #include <algorithm>
 #include <array>
 #include <charconv>
 
-namespace slipway::spank {
+namespace slipway::launcher {
 namespace {
 
 constexpr int kMaxGpusPerTask = 64;
@@ -334,4 +334,4 @@ Status validate_options(const JobOptions& opts) {
   return Status();
 }
 
-}  // namespace slipway::spank
+}  // namespace slipway::launcher

@@ -1,7 +1,8 @@
-// The job options the plugin adds to srun, sbatch and salloc, as one declarative table: SPANK
-// registration, --help text, environment defaults (SLIPWAY_CONTAINER_*, PYXIS_CONTAINER_*) and the
-// man page check all come from option_table() (style.md, "Data as tables"). Names and meanings
-// follow pyxis so job scripts move over unchanged. Parsing is pure (no Slurm calls): unit-tested.
+// The container options of a job, shared by the SPANK plugin (srun, sbatch, salloc) and
+// `slipway run`, as one declarative table: SPANK registration, --help text, environment defaults
+// (SLIPWAY_CONTAINER_*, PYXIS_CONTAINER_*) and the man page check all come from option_table()
+// (style.md, "Data as tables"). Names and meanings follow pyxis so job scripts move over unchanged.
+// Parsing is pure (no Slurm calls): unit-tested.
 #pragma once
 
 #include <functional>
@@ -13,10 +14,7 @@
 
 #include "common/status.h"
 
-namespace slipway::spank {
-
-using launcher::Result;
-using launcher::Status;
+namespace slipway::launcher {
 
 enum class OptionId : int {
   kContainerImage = 1,
@@ -115,4 +113,4 @@ Status apply_env_defaults(JobOptions& opts, const EnvLookup& getenv, bool honor_
 // Checks between options once all are known: contradictory flags, options that need an image.
 Status validate_options(const JobOptions& opts);
 
-}  // namespace slipway::spank
+}  // namespace slipway::launcher

@@ -1,0 +1,65 @@
+// Shared pieces of the `slipway` subcommands (see cli_common.h).
+#include "cli/cli_common.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "image/image_ref.h"
+
+namespace slipway::launcher::cli {
+
+int fail(const std::string& m) {
+  fprintf(stderr, "slipway: %s\n", m.c_str());
+  return 1;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::vector<std::string> env_list(const char* name) {
+  std::vector<std::string> out;
+  std::string v = env_or(name, "");
+  size_t i = 0;
+  while (i < v.size()) {
+    size_t j = v.find(',', i);
+    if (j == std::string::npos) j = v.size();
+    if (j > i) out.push_back(v.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+bool env_flag(const char* name, bool fallback) {
+  std::string v = env_or(name, "");
+  if (v == "1" || v == "yes" || v == "true") return true;
+  if (v == "0" || v == "no" || v == "false") return false;
+  return fallback;
+}
+
+ImportOptions import_options() {
+  ImportOptions o;
+  o.cache_dir = env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()));
+  o.registry.insecure_registries = env_list("SLIPWAY_INSECURE_REGISTRIES");
+  o.registry.ca_file = env_or("SLIPWAY_CA_FILE", "");
+  std::string creds = env_or("HOME", "/") + "/.config/slipway/credentials";
+  if (access(creds.c_str(), R_OK) == 0) o.registry.credentials_file = creds;
+  if (isatty(STDERR_FILENO))
+    o.progress = [](std::string_view line) {
+      fprintf(stderr, "slipway: %.*s\n", static_cast<int>(line.size()), line.data());
+    };
+  return o;
+}
+
+Result<ImportedImage> import_text(const std::string& text) {
+  RefDefaults d;
+  d.default_registry = env_or("SLIPWAY_DEFAULT_REGISTRY", std::string(kDockerHubRegistry));
+  auto ref = parse_image_ref(text, d);
+  SLIPWAY_TRY(ref);
+  return import_image(*ref, import_options());
+}
+
+}  // namespace slipway::launcher::cli

@@ -1,0 +1,209 @@
+// `slipway run [--container-*...] -- COMMAND`: the plugin's container without an admin install.
+// Options are the plugin's (launcher/options/job_options.h), with the same environment defaults.
+// Standalone, the container is this process's alone. Under srun (SLURM_STEP_ID set), the tasks of a
+// node share one container, as with the plugin: the first task starts a detached holder, recorded
+// in <cache>/run/<node>-<job>.<step>/, the others join it; each task holds a shared lock on `users`
+// while it runs and the holder exits when the last task has gone (HolderOptions::detached).
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "cli/cli_common.h"
+#include "options/container_plan.h"
+#include "runtime/container.h"
+#include "runtime/seccomp.h"
+
+namespace slipway::launcher::cli {
+namespace {
+
+std::string current_dir() {
+  char buf[4096];
+  return getcwd(buf, sizeof buf) ? std::string(buf) : std::string("/");
+}
+
+std::string host_name() {
+  char h[256] = {};
+  gethostname(h, sizeof h - 1);
+  return h;
+}
+
+// --name=value, --name value and flags, checked against the option table.
+Result<JobOptions> parse_options(const std::vector<std::string>& args, size_t end) {
+  JobOptions opts;
+  const std::string cwd = current_dir();
+  for (size_t i = 0; i < end; ++i) {
+    const std::string& a = args[i];
+    std::string name = a.rfind("--", 0) == 0 ? a.substr(2, a.find('=') - 2) : "";
+    const OptionSpec* spec = nullptr;
+    for (const auto& o : option_table())
+      if (name == o.name) spec = &o;
+    if (!spec) return Status::error("run: unknown option '" + a + "'; see 'slipway help'", EINVAL);
+    std::optional<std::string> value;
+    if (a.find('=') != std::string::npos) value = a.substr(a.find('=') + 1);
+    else if (spec->arginfo && i + 1 < end) value = args[++i];
+    SLIPWAY_TRY(apply_option(opts, spec->id, value ? value->c_str() : nullptr, cwd));
+  }
+  auto lookup = [](const std::string& n) -> std::optional<std::string> {
+    const char* v = getenv(n.c_str());
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  SLIPWAY_TRY(apply_env_defaults(opts, lookup, env_flag("SLIPWAY_HONOR_PYXIS_ENV", true), cwd));
+  SLIPWAY_TRY(validate_options(opts));
+  if (!opts.wants_container())
+    return Status::error("run: give --container-image=IMAGE (or --container-name=NAME)", EINVAL);
+  return opts;
+}
+
+struct Prepared {
+  JobOptions opts;
+  ImportedImage image;
+  LaunchSpec spec;
+  std::optional<NamedContainer> named;
+};
+
+Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
+  Prepared p;
+  auto opts = parse_options(args, end);
+  SLIPWAY_TRY(opts);
+  p.opts = std::move(*opts);
+  const std::string cache = import_options().cache_dir;
+  PlanInput in;
+  in.cache_dir = cache;
+  in.uid = getuid();
+  in.gid = getgid();
+  in.home = env_or("HOME", "");
+  in.node = host_name();
+  if (!p.opts.container_name.empty()) {
+    auto nc = open_named_container(p.opts, cache + "/containers/global", in.node);
+    SLIPWAY_TRY(nc);
+    p.named = std::move(*nc);
+    in.named_dir = p.named->dir;
+  }
+  if (p.named && p.named->exists) {
+    auto digest = named_container_image(p.named->dir, p.opts.container_name);
+    SLIPWAY_TRY(digest);
+    auto img = find_cached_image(NodeCache(cache), *digest);
+    SLIPWAY_TRY(img);
+    p.image = std::move(*img);
+  } else {
+    auto img = import_text(p.opts.container_image);
+    SLIPWAY_TRY(img);
+    p.image = std::move(*img);
+    if (p.named) SLIPWAY_TRY(record_named_container_image(p.named->dir, p.image.manifest_digest));
+  }
+  in.rootfs = p.image.rootfs;
+  SLIPWAY_TRY(make_private_dirs(cache + "/mnt"));
+  auto spec = plan_container(p.opts, SiteDefaults{.mount_home = env_flag("SLIPWAY_MOUNT_HOME", true),
+                                                    .remap_root = env_flag("SLIPWAY_REMAP_ROOT", false),
+                                                    .mounts = env_or("SLIPWAY_MOUNTS", "")},
+                             in);
+  SLIPWAY_TRY(spec);
+  p.spec = std::move(*spec);
+  return p;
+}
+
+// Under srun: find the node's holder for this step, or start it. `users` is locked shared by the
+// caller for as long as its command runs.
+Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_dir,
+                                    UniqueFd& users) {
+  SLIPWAY_TRY(make_private_dirs(run_dir));
+  auto lock = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
+  SLIPWAY_TRY(lock);
+  users.reset(open((run_dir + "/users").c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600));
+  if (!users.valid() || flock(users.get(), LOCK_SH) != 0)
+    return Status::from_errno("lock " + run_dir + "/users", errno);
+  std::ifstream in(run_dir + "/holder");
+  pid_t pid = 0;
+  if (in >> pid && pid > 0 && kill(pid, 0) == 0) {
+    auto attached = attach_holder(pid, p.spec);
+    if (attached.ok()) return attached;
+  }
+  auto holder = start_holder(p.spec, {.detached = true, .users_lock = run_dir + "/users"});
+  SLIPWAY_TRY(holder);
+  std::ofstream(run_dir + "/holder", std::ios::trunc) << holder->pid() << "\n";
+  return holder;
+}
+
+TaskView task_view(const Prepared& p) {
+  TaskView view;
+  if (!p.opts.workdir.empty()) {
+    view.workdir = p.opts.workdir;
+    return view;
+  }
+  const std::string cwd = current_dir();
+  bool covered = cwd == "/" || cwd.rfind("/tmp/", 0) == 0;
+  for (const auto& b : p.spec.binds)
+    covered = covered || cwd == b.destination || cwd.rfind(b.destination + "/", 0) == 0;
+  if (!covered) view.binds.push_back({.source = cwd, .destination = cwd});
+  view.workdir = cwd;
+  if (const char* pmix = getenv("PMIX_SERVER_TMPDIR"))
+    view.binds.push_back({.source = pmix, .destination = pmix, .optional = true});
+  return view;
+}
+
+// The child: join, lock down, exec. Never returns.
+[[noreturn]] void exec_in(const ContainerHolder& holder, const Prepared& p,
+                          std::vector<std::string> command) {
+  for (const auto& kv : p.image.config.env) {
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos && eq > 0 && image_may_set(p.opts, kv.substr(0, eq)))
+      setenv(kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
+  }
+  auto st = join_container(holder, p.spec, task_view(p));
+  if (st.ok() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    st = Status::from_errno("prctl(PR_SET_NO_NEW_PRIVS)", errno);
+  if (st.ok() && p.spec.remap_root) st = install_fake_root_filter();
+  if (!st.ok()) _exit(fail("cannot start the container: " + st.message()));
+  std::vector<char*> argv;
+  for (auto& a : command) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  _exit(fail("cannot run '" + command[0] + "' in the container: " + strerror(errno)) + 126);
+}
+
+pid_t g_child = -1;
+void forward_signal(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+int wait_child(pid_t child) {
+  g_child = child;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) signal(sig, forward_signal);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+int cmd_run(std::vector<std::string>& args) {
+  size_t dash = 0;
+  while (dash < args.size() && args[dash] != "--") ++dash;
+  if (dash + 1 >= args.size()) return fail("run: give the command after '--'"), 2;
+  auto p = prepare(args, dash);
+  // A bad option is a usage error (2); anything else failed while trying (1).
+  if (!p.ok()) return fail(p.status().message()) + (p.status().error_number() == EINVAL ? 1 : 0);
+  UniqueFd users;
+  const char* job = getenv("SLURM_JOB_ID");
+  const char* step = getenv("SLURM_STEP_ID");
+  Result<ContainerHolder> holder =
+      job && step ? step_holder(*p,
+                                import_options().cache_dir + "/run/" + host_name() + "-" + job +
+                                    "." + step,
+                                users)
+                  : start_holder(p->spec);
+  if (!holder.ok()) return fail("cannot start the container: " + holder.status().message());
+  std::vector<std::string> command(args.begin() + static_cast<long>(dash) + 1, args.end());
+  pid_t child = fork();
+  if (child < 0) return fail(std::string("fork: ") + strerror(errno));
+  if (child == 0) exec_in(*holder, *p, std::move(command));
+  return wait_child(child);
+}
+
+}  // namespace slipway::launcher::cli

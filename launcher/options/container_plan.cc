@@ -1,0 +1,142 @@
+// The container plan (see container_plan.h): options and site defaults to a LaunchSpec, and named
+// containers' directories, locks and image records.
+#include "options/container_plan.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "image/fs_beneath.h"
+
+namespace slipway::launcher {
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat s;
+  return !p.empty() && stat(p.c_str(), &s) == 0 && S_ISDIR(s.st_mode);
+}
+
+// --container-mounts and the site's `mounts` as binds; a missing source names the option.
+Status add_mounts(const JobOptions& opts, const SiteDefaults& site, const std::string& node,
+                  LaunchSpec& spec) {
+  std::vector<MountSpec> all;
+  if (!site.mounts.empty()) {
+    auto parsed = parse_mounts(site.mounts, "/");
+    SLIPWAY_TRY(parsed);
+    all = *parsed;
+  }
+  all.insert(all.end(), opts.mounts.begin(), opts.mounts.end());
+  for (const auto& m : all) {
+    struct stat s;
+    if (stat(m.source.c_str(), &s) != 0)
+      return Status::error("--container-mounts: source '" + m.source + "' does not exist on " +
+                               node + "; create it or fix the path",
+                           ENOENT);
+    spec.binds.push_back({.source = m.source, .destination = m.destination,
+                          .read_only = m.read_only, .recursive = m.recursive});
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& site,
+                                  const PlanInput& in) {
+  LaunchSpec spec;
+  spec.rootfs = in.rootfs;
+  spec.scratch_dir = in.cache_dir + "/mnt";
+  spec.uid = in.uid;
+  spec.gid = in.gid;
+  spec.remap_root = opts.remap_root.value_or(site.remap_root);
+  const bool named = !in.named_dir.empty();
+  spec.writable = opts.writable.value_or(named);  // a named container is meant to change
+  if (named) spec.persistent_dir = in.named_dir;
+  spec.unshare_net = opts.unshare.net;
+  spec.unshare_ipc = opts.unshare.ipc;
+  spec.unshare_uts = opts.unshare.uts;
+  if (opts.mount_home.value_or(site.mount_home) && is_dir(in.home))
+    spec.binds.push_back({.source = in.home, .destination = in.home});
+  SLIPWAY_TRY(add_mounts(opts, site, in.node, spec));
+  // With root remapped inside, PMIx can only authenticate through munge (platform.md).
+  if (spec.remap_root && is_dir("/run/munge"))
+    spec.binds.push_back({.source = "/run/munge", .destination = "/run/munge"});
+  spec.host_files = {"/etc/hosts", "/etc/resolv.conf"};
+  return spec;
+}
+
+bool image_may_set(const JobOptions& opts, const std::string& name) {
+  for (const char* p : {"SLURM_", "PMIX_", "PMI_", "OMPI_", "SLIPWAY_"})
+    if (name.rfind(p, 0) == 0) return false;
+  for (const auto& keep : opts.env_names)
+    if (keep == name) return false;
+  return true;
+}
+
+Status make_private_dirs(const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i < path.size() && path[i] != '/') continue;
+    std::string p = path.substr(0, i);
+    if (mkdir(p.c_str(), 0700) == -1 && errno != EEXIST) return Status::from_errno("mkdir " + p, errno);
+  }
+  return Status();
+}
+
+Status remove_dir_tree(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return Status::error("not an absolute path: " + path, EINVAL);
+  UniqueFd parent(open(slash == 0 ? "/" : path.substr(0, slash).c_str(),
+                       O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!parent.valid()) return errno == ENOENT ? Status() : Status::from_errno("open " + path, errno);
+  Status st = remove_tree_at(parent.get(), path.c_str() + slash + 1);
+  return st.ok() || st.error_number() == ENOENT ? Status() : st;
+}
+
+Result<NamedContainer> open_named_container(const JobOptions& o, const std::string& scope_dir,
+                                            const std::string& node) {
+  SLIPWAY_TRY(make_private_dirs(scope_dir));
+  NamedContainer nc;
+  nc.dir = scope_dir + "/" + o.container_name;
+  auto lock = FileLock::acquire(nc.dir + ".lock", FileLock::Mode::kExclusive, /*wait=*/false);
+  if (!lock.ok())
+    return Status::error("container '" + o.container_name + "' is in use by another step on " +
+                             node + "; wait for that step or use another --container-name",
+                         EBUSY);
+  nc.lock = std::move(*lock);
+  nc.exists = access((nc.dir + "/image").c_str(), R_OK) == 0;
+  if (o.name_mode == NameMode::kCreate && nc.exists) {
+    SLIPWAY_TRY(remove_dir_tree(nc.dir));
+    nc.exists = false;
+  }
+  if (!nc.exists && (o.name_mode == NameMode::kExec || o.container_image.empty()))
+    return Status::error("container '" + o.container_name + "' does not exist on " + node +
+                             "; create it first with --container-name=" + o.container_name +
+                             " --container-image=IMAGE",
+                         ENOENT);
+  if (!nc.exists) SLIPWAY_TRY(make_private_dirs(nc.dir));
+  return nc;
+}
+
+Result<std::string> named_container_image(const std::string& dir, const std::string& name) {
+  std::ifstream in(dir + "/image");
+  std::string digest;
+  if (!std::getline(in, digest) || digest.empty())
+    return Status::error("container '" + name + "' is damaged (no image record); recreate it "
+                         "with --container-name=" + name + ":create",
+                         EIO);
+  return digest;
+}
+
+Status record_named_container_image(const std::string& dir, const std::string& digest) {
+  const std::string path = dir + "/image", tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << digest << "\n";
+    if (!out) return Status::from_errno("write " + tmp, errno);
+  }
+  SLIPWAY_SYS(rename(tmp.c_str(), path.c_str()), "rename " + tmp);
+  return Status();
+}
+
+}  // namespace slipway::launcher

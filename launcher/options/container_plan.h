@@ -1,0 +1,61 @@
+// From job options to a container: the LaunchSpec of a node's container (binds, home, mounts,
+// namespaces, writable or named), and the directories of named containers. Shared by the SPANK
+// plugin and `slipway run`, so both build the same container from the same options.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/status.h"
+#include "image/cache.h"
+#include "options/job_options.h"
+#include "runtime/launch_spec.h"
+
+namespace slipway::launcher {
+
+// What the site decides when the user does not (plugstack.conf, or the module's environment).
+struct SiteDefaults {
+  bool mount_home = true;
+  bool remap_root = false;
+  std::string mounts;  // extra mounts for every container, --container-mounts syntax
+};
+
+struct PlanInput {
+  std::string rootfs;     // the image's unpacked root in the node cache
+  std::string cache_dir;  // the user's node cache (its mnt/ is the private mount point)
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string home;       // the user's home directory; empty: none
+  std::string named_dir;  // a named container's directory; empty: an unnamed one
+  std::string node;       // the node's name, for messages
+};
+
+Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& site,
+                                  const PlanInput& in);
+
+// A named container's directory on this node, locked for one step at a time.
+struct NamedContainer {
+  std::string dir;
+  bool exists = false;  // made by an earlier step (its image is recorded in dir/image)
+  FileLock lock;
+};
+
+// Opens (or, per the --container-name mode, recreates) NAME under `scope_dir`.
+Result<NamedContainer> open_named_container(const JobOptions& opts, const std::string& scope_dir,
+                                            const std::string& node);
+// The manifest digest of the image a named container was made from / records it.
+Result<std::string> named_container_image(const std::string& dir, const std::string& name);
+Status record_named_container_image(const std::string& dir, const std::string& digest);
+
+// Environment precedence (slipway(1), ENVIRONMENT): the image's Env (and what its entrypoint
+// exported) override the job's environment, except the variables named by --container-env and the
+// per-task ones (SLURM_*, PMIX_*, PMI_*, OMPI_*, SLIPWAY_*), which the image never sets.
+bool image_may_set(const JobOptions& opts, const std::string& name);
+
+// mkdir -p with mode 0700 for what it creates.
+Status make_private_dirs(const std::string& path);
+// Removes a directory tree without following symlinks; a missing tree is fine.
+Status remove_dir_tree(const std::string& path);
+
+}  // namespace slipway::launcher

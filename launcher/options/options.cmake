@@ -1,0 +1,2 @@
+# Job options shared by the plugin and `slipway run`, and the container plan built from them.
+target_sources(slipway_launcher PRIVATE options/job_options.cc options/container_plan.cc)

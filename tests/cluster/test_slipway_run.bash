@@ -1,0 +1,63 @@
+# `slipway run` (issue 4): the plugin's container with no admin install, standalone and as the
+# tasks of an srun, where the tasks of a node share one container and nothing outlives the step.
+
+setup_file() {
+    require_sandbox
+    require_images busybox
+    BUSYBOX=$(image_ref busybox)
+    local bin=${SLIPWAY_BUILD_DIR:-$REPO_DIR/build}/launcher/slipway
+    [[ -x $bin ]] || fail "slipway is not built ($bin)"
+    # The nodes cannot see a build under /tmp (each has its own): run a copy from the user's home.
+    install -m 0755 -o slwuser "$bin" "$(job_user_home)/slipway"
+    mkdir -p /srv/slipway-test && echo hello >/srv/slipway-test/f && chmod -R a+rX /srv/slipway-test
+    export SLIPWAY_INSECURE_REGISTRIES=$SANDBOX_NET.1:5000
+}
+
+teardown_file() { rm -rf /srv/slipway-test "$(job_user_home)/slipway" "$(job_user_home)/.slipway-test-cache"; }
+
+test_standalone_run_uses_the_same_options() {
+    run_job env SLIPWAY_CACHE_DIR="$(job_user_home)/.slipway-test-cache" \
+        ./slipway run --container-image="$BUSYBOX" --container-mounts=/srv/slipway-test:/data:ro \
+        --container-workdir=/data -- sh -c 'cat /etc/slipway-image f; pwd; touch g 2>&1; id -u'
+    assert_success
+    assert_equal "busybox hello /data" "$(head -n 3 <<<"$output" | tr '\n' ' ' | sed 's/ $//')" "output"
+    assert_output_contains "Read-only file system"
+    assert_equal "$(id -u slwuser)" "${lines[-1]}" "uid inside"
+}
+
+test_tasks_of_a_node_share_one_container_under_srun() {
+    run_job srun -N2 --ntasks-per-node=3 -K ./slipway run --container-image="$BUSYBOX" -- \
+        sh -c 'echo "$(hostname) $(readlink /proc/self/ns/user) $(readlink /proc/self/ns/mnt) $(cat /etc/slipway-image)"; sleep 1'
+    assert_success
+    assert_line_count 6
+    # One user namespace per node (shared memory and CMA work between its tasks), a mount
+    # namespace per task (the tasks overlap in time, so no namespace number is reused).
+    assert_equal 2 "$(awk '{print $1, $2}' <<<"$output" | sort -u | wc -l)" "user namespaces"
+    assert_equal 6 "$(awk '{print $3}' <<<"$output" | sort -u | wc -l)" "mount namespaces"
+    assert_equal 6 "$(grep -c ' busybox$' <<<"$output")" "tasks inside busybox"
+}
+
+test_nothing_outlives_the_step() {
+    run_job srun -N2 --ntasks-per-node=2 -K ./slipway run --container-image="$BUSYBOX" -- true
+    assert_success
+    sleep 0.6  # the holder notices its last task within 0.2 s
+    local holders
+    holders=$(sandbox_pids slipway-holder)
+    [[ -z $holders ]] || fail "holders left: $holders"
+    local left
+    left=$(ls -d "$SANDBOX_DIR"/nodes/node*/var-tmp/slipway-"$(id -u slwuser)"/run/*-* 2>/dev/null || true)
+    [[ -z $left ]] || fail "run directories left: $left"
+}
+
+test_remap_root_and_bad_options() {
+    run_job srun -N1 -K ./slipway run --container-image="$BUSYBOX" --container-remap-root -- \
+        sh -c 'id -u; chown 7 /etc/slipway-image && echo chown-ok'
+    assert_success
+    assert_output "$(printf '0\nchown-ok')"
+    run_job ./slipway run --container-image="$BUSYBOX" --container-mounts=/srv:relative -- true
+    assert_failure
+    assert_output "slipway: --container-mounts='/srv:relative' needs an absolute destination inside the container, e.g. /data:/data"
+    run_job ./slipway run --container-bogus -- true
+    assert_failure 2
+    assert_output_contains "unknown option '--container-bogus'"
+}
