@@ -35,6 +35,8 @@ struct PluginState {
   PluginConfig config;
   JobOptions options;
   std::optional<StepIds> ids;                    // set in user_init for containerized steps
+  bool first_node = false;                       // node 0 of the step (--container-save)
+  uint32_t tasks_exited = 0;                     // counted in task_exit
   std::optional<launcher::ImportedImage> image;  // set by user_init on success
   launcher::LaunchSpec spec;                     // the node's container, as the holder built it
   launcher::ContainerHolder holder;              // the node's container for this step
@@ -45,6 +47,7 @@ struct PluginState {
   std::optional<launcher::FileLock> named_lock;  // held for the step: one step at a time
   std::optional<launcher::FileLock> image_in_use;  // keeps `slipway gc` off the step's image
   std::vector<std::string> entrypoint_env;       // what the image's entrypoint exported
+  std::string entrypoint_output;                 // shown with --container-entrypoint-log
 };
 
 PluginState& state();
@@ -69,6 +72,8 @@ void load_remote_options(spank_t sp, const std::string& cwd);
 launcher::Status prepare_named_container(PluginState& st);
 launcher::Status start_node_container(spank_t sp, PluginState& st);
 void finish_node_container(PluginState& st);
+void save_container(const PluginState& st);
+int remote_task_exit(spank_t sp);
 int remote_job_epilog(spank_t sp);
 launcher::Result<std::string> named_container_image(const PluginState& st);
 std::string cache_dir_for(const PluginConfig& cfg, uid_t uid);

@@ -2,14 +2,19 @@
 // container plan (launcher/options/container_plan.h) and of the holder that keeps the container
 // for the step's tasks. Named containers live under <runtime>/job-<id>/NAME (container_scope=job,
 // removed by the job epilog) or <runtime>/global/NAME (container_scope=global).
+#include <fcntl.h>
 #include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "dl_hooks.h"
 #include "log.h"
 #include "options/container_plan.h"
 #include "plugin_state.h"
+#include "runtime/run_in.h"
+#include "runtime/snapshot.h"
 
 namespace slipway::spank {
 namespace {
@@ -29,8 +34,69 @@ std::string node_name() {
   return host;
 }
 
+constexpr int kEntrypointTimeoutS = 120;
+
 launcher::SiteDefaults site_defaults(const PluginConfig& cfg) {
   return {.mount_home = cfg.mount_home, .remap_root = cfg.remap_root, .mounts = cfg.mounts};
+}
+
+// The environment the entrypoint starts with: the job's, with the image's Env over it as for the
+// tasks (launcher::image_may_set).
+std::vector<std::string> entrypoint_start_env(spank_t sp, const PluginState& st) {
+  std::vector<std::string> env;
+  char** job_env = nullptr;
+  if (spank_get_item(sp, S_JOB_ENV, &job_env) == ESPANK_SUCCESS && job_env)
+    for (char** e = job_env; *e; ++e) env.emplace_back(*e);
+  for (const auto& kv : st.image->config.env) {
+    const std::string name = kv.substr(0, kv.find('='));
+    if (!launcher::image_may_set(st.options, name)) continue;
+    std::erase_if(env, [&](const std::string& e) { return e.compare(0, name.size() + 1, name + "=") == 0; });
+    env.push_back(kv);
+  }
+  return env;
+}
+
+// What the entrypoint exported: the variables of its final environment (NUL-separated, as
+// /proc/self/environ) that it did not start with.
+std::vector<std::string> exported(const std::string& environ_block,
+                                  const std::vector<std::string>& before) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < environ_block.size()) {
+    size_t j = environ_block.find('\0', i);
+    if (j == std::string::npos) j = environ_block.size();
+    std::string kv = environ_block.substr(i, j - i);
+    i = j + 1;
+    std::string name = kv.substr(0, kv.find('='));
+    if (name.empty() || name == "PWD" || name == "SHLVL" || name == "_") continue;
+    if (std::find(before.begin(), before.end(), kv) == before.end()) out.push_back(kv);
+  }
+  return out;
+}
+
+// --container-entrypoint: the image's entrypoint runs once per node, in the container, before the
+// tasks; it ends by exec'ing a shell that hands its environment back through fd 3 (entrypoints
+// end with `exec "$@"`, as Docker's do).
+Status run_entrypoint(spank_t sp, PluginState& st) {
+  const auto& entrypoint = st.image->config.entrypoint;
+  if (!st.options.entrypoint.value_or(st.config.execute_entrypoint) || entrypoint.empty())
+    return Status();
+  std::vector<std::string> argv = entrypoint;
+  for (const char* a : {"/bin/sh", "-c", "cat /proc/self/environ >&3"}) argv.emplace_back(a);
+  const auto env = entrypoint_start_env(sp, st);
+  auto r = launcher::run_in_container(st.holder, st.spec, argv, env, kEntrypointTimeoutS);
+  if (!r.ok()) return r.status().context("the image's entrypoint (" + entrypoint[0] + ")");
+  st.entrypoint_output = r->output;
+  if (r->exit_code != 0) {
+    std::string last = r->output.substr(0, r->output.find_last_not_of('\n') + 1);
+    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+    return Status::error("the image's entrypoint (" + entrypoint[0] + ") failed with status " +
+                             std::to_string(r->exit_code) + (last.empty() ? "" : ": " + last) +
+                             "; fix the image or run with --no-container-entrypoint",
+                         EIO);
+  }
+  st.entrypoint_env = exported(r->fd3, env);
+  return Status();
 }
 
 }  // namespace
@@ -75,7 +141,48 @@ Status start_node_container(spank_t sp, PluginState& st) {
                                    st.options.container_image + "'");
   st.spec = std::move(*spec);
   st.holder = std::move(*holder);
-  return Status();
+  return run_entrypoint(sp, st);
+}
+
+namespace {
+
+// --container-save, when the last task of the step's first node has exited: then the holder still
+// keeps the container (at slurm_spank_exit, proctrack has killed it with the step's processes): the changes are the overlay's upper directory, on disk for a named container, else on
+// the holder's tmpfs, reached through /proc/<holder>/root. The archive is written by a child that
+// has become the job user (slurmstepd is root here).
+}  // namespace
+
+void save_container(const PluginState& st) {
+  if (st.options.save_path.empty() || !st.first_node || !st.image || !st.holder.running()) return;
+  launcher::SnapshotRequest req;
+  req.cache_dir = st.cache_dir;
+  req.manifest_digest = st.image->manifest_digest;
+  req.upper_dir = st.spec.persistent_dir.empty()
+                      ? "/proc/" + std::to_string(st.holder.pid()) + "/root" + st.spec.scratch_dir + "/upper"
+                      : st.spec.persistent_dir + "/upper";
+  req.output_path = st.options.save_path;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return;
+  launcher::UniqueFd rd(fds[0]), wr(fds[1]);
+  pid_t pid = fork();
+  if (pid == 0) {
+    auto saved = launcher::become_user(st.ids->uid, st.ids->gid);
+    if (saved.ok()) saved = launcher::save_snapshot(req);
+    if (!saved.ok()) (void)!write(wr.get(), saved.message().data(), saved.message().size());
+    _exit(saved.ok() ? 0 : 1);
+  }
+  wr.reset();
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(rd.get(), buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  int status = 0;
+  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    log_error("--container-save=" + req.output_path + ": " + (msg.empty() ? "failed" : msg));
+  else
+    log_info("saved the container to " + req.output_path);
 }
 
 void finish_node_container(PluginState& st) {

@@ -86,6 +86,8 @@ int remote_user_init(spank_t sp) {
   const bool batch = ids->step_id == SLURM_BATCH_SCRIPT;
   if (!(ids->is_user_step() || (batch && st.config.sbatch_support))) return 0;
   st.ids = ids;
+  uint32_t node_id = 1;
+  st.first_node = spank_get_item(sp, S_JOB_NODEID, &node_id) == ESPANK_SUCCESS && node_id == 0;
   st.cache_dir = cache_dir_for(st.config, ids->uid);
   auto status = setup_step(sp, st);
   if (!status.ok()) {

@@ -39,6 +39,14 @@ std::string current_dir() {
 // task_init on: platform.md) and its working directory, unless the node's binds cover it.
 launcher::TaskView task_view(spank_t sp, const PluginState& st) {
   launcher::TaskView view;
+  // sbatch_support: slurmd keeps the batch script in its spool directory; the container gets that
+  // one file, read-only, at the same path, so slurmstepd can exec it.
+  int argc = 0;
+  char** argv = nullptr;
+  if (st.ids && st.ids->step_id == SLURM_BATCH_SCRIPT &&
+      spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc > 0 && argv[0][0] == '/')
+    view.binds.push_back({.source = argv[0], .destination = argv[0], .read_only = true,
+                          .recursive = false});
   if (auto pmix = job_getenv(sp, "PMIX_SERVER_TMPDIR"); pmix && is_dir(*pmix))
     view.binds.push_back({.source = *pmix, .destination = *pmix});
   if (!st.options.workdir.empty()) {
@@ -89,6 +97,10 @@ int remote_task_init(spank_t sp) {
     return -1;
   }
   if (!st.image) return 0;  // no container for this step
+  int local_task = -1;
+  if (st.options.entrypoint_log && spank_get_item(sp, S_TASK_ID, &local_task) == ESPANK_SUCCESS &&
+      local_task == 0 && !st.entrypoint_output.empty())
+    (void)!write(STDERR_FILENO, st.entrypoint_output.data(), st.entrypoint_output.size());
   apply_image_env(sp, st);
   launcher::TaskView view = task_view(sp, st);
   adjust_pmix_env(sp, st, view);
@@ -112,6 +124,16 @@ int remote_task_init(spank_t sp) {
       return -1;
     }
   }
+  return 0;
+}
+
+// slurmstepd, as each task of the node exits: the last one out saves the container if asked.
+int remote_task_exit(spank_t sp) {
+  PluginState& st = state();
+  uint32_t local_tasks = 0;
+  if (!st.image || spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) != ESPANK_SUCCESS)
+    return 0;
+  if (++st.tasks_exited == local_tasks) save_container(st);
   return 0;
 }
 

@@ -8,7 +8,7 @@ the blobs, the image config, the manifest and index.json with their sha256
 digests and sizes (OCI image-spec v1.0, media types application/vnd.oci.image.*).
 
     oci_pack.py OUT_DIR TAG --layer ROOT[:only=P,...|:skip=P,...] [--layer ...]
-                [--env K=V]... [--cmd JSON] [--mtime EPOCH] [--root-owned]
+                [--env K=V]... [--cmd JSON] [--entrypoint JSON] [--mtime EPOCH] [--root-owned]
 
 `only=` keeps just the listed subtrees of ROOT (plus their parent directories),
 `skip=` leaves them out: together they split one root filesystem into layers.
@@ -161,6 +161,8 @@ def image_config(args, diff_ids):
     config = {"Env": args.env}
     if args.cmd:
         config["Cmd"] = json.loads(args.cmd)
+    if args.entrypoint:
+        config["Entrypoint"] = json.loads(args.entrypoint)
     return {
         "created": created,
         "architecture": "amd64",
@@ -187,6 +189,7 @@ def main():
     p.add_argument("--layer", action="append", type=LayerSpec, required=True)
     p.add_argument("--env", action="append", default=[], help="K=V for the config's Env")
     p.add_argument("--cmd", help='config Cmd as JSON, e.g. \'["/bin/sh"]\'')
+    p.add_argument("--entrypoint", help='config Entrypoint as JSON, e.g. \'["/entrypoint.sh"]\'')
     p.add_argument("--mtime", type=int, help="set every entry's mtime (reproducible layers)")
     p.add_argument("--root-owned", action="store_true", help="write every entry as uid/gid 0")
     p.add_argument("--keep-devices", action="store_true", help="keep device nodes and FIFOs")

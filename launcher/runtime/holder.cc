@@ -15,19 +15,10 @@
 #include <string>
 
 #include "runtime/container.h"
+#include "runtime/run_in.h"
 
 namespace slipway::launcher {
 namespace {
-
-// From (ruid 0, euid user) as in slurmstepd's user_init, or from the user itself, to the user alone.
-Status become_user(uid_t uid, gid_t gid) {
-  if (getuid() != 0 && geteuid() != 0) return Status();  // already unprivileged
-  SLIPWAY_SYS(seteuid(0), "seteuid(0)");
-  SLIPWAY_SYS(setgroups(1, &gid), "setgroups");
-  SLIPWAY_SYS(setresgid(gid, gid, gid), "setresgid");
-  SLIPWAY_SYS(setresuid(uid, uid, uid), "setresuid");
-  return Status();
-}
 
 // Leaves the child with stdio on /dev/null and the report pipe as fd 3, nothing else.
 Status isolate_descriptors(int report_fd) {
@@ -179,6 +170,15 @@ Result<ContainerHolder> attach_holder(pid_t pid, const LaunchSpec& spec) {
   auto holder = open_namespaces(pid, spec);
   if (holder.ok()) holder->set_not_owned();
   return holder;
+}
+
+Status become_user(uid_t uid, gid_t gid) {
+  if (getuid() != 0 && geteuid() != 0) return Status();  // already unprivileged
+  SLIPWAY_SYS(seteuid(0), "seteuid(0)");
+  SLIPWAY_SYS(setgroups(1, &gid), "setgroups");
+  SLIPWAY_SYS(setresgid(gid, gid, gid), "setresgid");
+  SLIPWAY_SYS(setresuid(uid, uid, uid), "setresuid");
+  return Status();
 }
 
 }  // namespace slipway::launcher

@@ -1,0 +1,40 @@
+# --container-entrypoint / --no-container-entrypoint / --container-entrypoint-log (issue 4): the
+# image's entrypoint runs once per node before the tasks, with the job's environment; what it
+# exports reaches every task; a failing entrypoint fails the step with its last line.
+
+setup_file() {
+    require_sandbox
+    require_plugin
+    require_images entrypoint
+    IMAGE=$(image_ref entrypoint)
+}
+
+test_entrypoint_runs_once_per_node_and_exports_to_tasks() {
+    run_job srun -N2 --ntasks-per-node=2 -K --container-image="$IMAGE" --container-entrypoint \
+        --container-entrypoint-log sh -c 'echo "task $SLURM_PROCID: $FROM_ENTRYPOINT"'
+    assert_success
+    assert_equal 4 "$(grep -c 'task [0-3]: set by the entrypoint' <<<"$output")" "tasks with the variable"
+    assert_equal 2 "$(grep -c '^entrypoint ran on node[12] as ' <<<"$output")" "entrypoint runs (one per node)"
+}
+
+test_no_entrypoint_by_default_and_with_the_negation() {
+    run_job srun -N1 -K --container-image="$IMAGE" sh -c 'echo "[$FROM_ENTRYPOINT]"'
+    assert_success
+    assert_output "[]"
+    run_job env SLIPWAY_CONTAINER_ENTRYPOINT=1 srun -N1 -K --container-image="$IMAGE" \
+        --no-container-entrypoint sh -c 'echo "[$FROM_ENTRYPOINT]"'
+    assert_success
+    assert_output "[]"
+}
+
+test_entrypoint_log_is_off_unless_asked() {
+    run_job srun -N1 -K --container-image="$IMAGE" --container-entrypoint true
+    assert_success
+    assert_output_not_contains "entrypoint ran on"
+}
+
+test_failing_entrypoint_fails_the_step_with_its_message() {
+    run_job env ENTRYPOINT_FAIL=1 srun -N1 -K --container-image="$IMAGE" --container-entrypoint true
+    assert_failure
+    assert_output_contains "slipway: the image's entrypoint (/entrypoint.sh) failed with status 3: entrypoint: failing as asked; fix the image or run with --no-container-entrypoint"
+}
