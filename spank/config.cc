@@ -107,6 +107,38 @@ constexpr std::array kConfigKeys = {
               [](PluginConfig& c, std::string_view v) {
                 return set_bool(c.honor_pyxis_env, "honor_pyxis_env", v);
               }},
+    // Deep-learning wiring (launcher/dl, spank/dl_task.cc; issue 5).
+    ConfigKey{"host_libs", "host library sets for --dl-host-libs: SET:LIB[,LIB...][;SET:...], "
+                           "LIB a path, a soname or a directory",
+              [](PluginConfig& c, std::string_view v) {
+                auto sets = launcher::parse_host_lib_sets(v);
+                if (!sets.ok()) return sets.status();
+                c.host_lib_sets = std::move(*sets);
+                return Status();
+              }},
+    ConfigKey{"host_libs_check", "error (default): a failed injection check fails the step; "
+                                 "warn: it is printed and the step runs",
+              [](PluginConfig& c, std::string_view v) {
+                if (v != "error" && v != "warn")
+                  return Status::error("host_libs_check='" + std::string(v) +
+                                           "' is not 'error' or 'warn'", EINVAL);
+                c.host_libs_warn_only = v == "warn";
+                return Status();
+              }},
+    ConfigKey{"mpi_abi_check", "MPICH-ABI rule for injected MPI: major, full (default) or strict",
+              [](PluginConfig& c, std::string_view v) {
+                auto rule = launcher::parse_mpi_abi_rule(v);
+                if (!rule.ok()) return rule.status();
+                c.mpi_abi = *rule;
+                return Status();
+              }},
+    ConfigKey{"master_port_range", "LO-HI range of MASTER_PORT (default 29500-29999)",
+              [](PluginConfig& c, std::string_view v) {
+                auto r = launcher::parse_port_range(v);
+                if (!r.ok()) return r.status();
+                c.master_ports = *r;
+                return Status();
+              }},
 };
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "dl/dl_env.h"
+#include "dl/host_libs.h"
 
 namespace slipway::spank {
 
@@ -25,6 +27,10 @@ struct PluginConfig {
   ContainerScope container_scope = ContainerScope::kJob;  // lifetime of named containers
   std::string mounts;            // extra mounts for every container, --container-mounts syntax
   bool honor_pyxis_env = true;   // read PYXIS_CONTAINER_* as well as SLIPWAY_CONTAINER_*
+  std::vector<launcher::HostLibSet> host_lib_sets;  // host_libs=: what --dl-host-libs may name
+  bool host_libs_warn_only = false;  // host_libs_check=warn
+  launcher::MpiAbiRule mpi_abi = launcher::MpiAbiRule::kFull;  // mpi_abi_check=
+  launcher::PortRange master_ports;  // master_port_range=
 };
 
 launcher::Result<PluginConfig> parse_plugin_args(int argc, char** argv);

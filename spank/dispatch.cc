@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <exception>
 #include <string>
@@ -51,12 +52,27 @@ std::string working_directory() {
   return getcwd(buf, sizeof buf) ? std::string(buf) : std::string("/");
 }
 
+// srun inside sbatch or salloc also gets the allocation's options, which Slurm passes in
+// SLURM_SPANK__SLURM_SPANK_OPTION_<plugin>_<option> (dashes as underscores) and feeds to this
+// callback like the command line's.
+std::string inherited_option_variable(OptionId id) {
+  for (const auto& o : option_table()) {
+    if (o.id != id) continue;
+    std::string var = std::string("SLURM_SPANK__SLURM_SPANK_OPTION_slipway_") + o.name;
+    std::replace(var.begin(), var.end(), '-', '_');
+    return var;
+  }
+  return "";
+}
+
+bool is_inherited(OptionId id) { return getenv(inherited_option_variable(id).c_str()) != nullptr; }
+
 int on_option(int val, const char* optarg, int remote) {
   // In slurmstepd the options are read with spank_option_getopt() instead (load_remote_options).
   if (remote) return 0;
   return guarded("option", [&] {
-    auto st = apply_option(state().options, static_cast<OptionId>(val), optarg,
-                           working_directory());
+    const auto id = static_cast<OptionId>(val);
+    auto st = apply_option(state().options, id, optarg, working_directory(), is_inherited(id));
     if (st.ok()) return 0;
     log_error(st.message());
     return -1;
@@ -98,7 +114,9 @@ void load_remote_options(spank_t sp, const std::string& cwd) {
     char* arg = nullptr;
     auto o = opt;
     if (spank_option_getopt(sp, &o, &arg) != ESPANK_SUCCESS) continue;
-    keep_first_error(apply_option(ps.options, static_cast<OptionId>(opt.val), arg, cwd));
+    const auto id = static_cast<OptionId>(opt.val);
+    const bool inherited = job_getenv(sp, inherited_option_variable(id).c_str()).has_value();
+    keep_first_error(apply_option(ps.options, id, arg, cwd, inherited));
   }
   keep_first_error(apply_env_defaults(
       ps.options, [&](const std::string& name) { return job_getenv(sp, name.c_str()); },

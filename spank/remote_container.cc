@@ -4,11 +4,14 @@
 // removed by the job epilog) or <runtime>/global/NAME (container_scope=global).
 #include <fcntl.h>
 #include <grp.h>
+#include <pwd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <vector>
 
+#include "dl_doctor.h"
 #include "dl_hooks.h"
 #include "log.h"
 #include "options/container_plan.h"
@@ -137,8 +140,10 @@ Status start_node_container(spank_t sp, PluginState& st) {
     SLIPWAY_TRY(launcher::record_named_container_image(st.named_dir, st.image->manifest_digest));
   auto holder = launcher::start_holder(*spec);
   if (!holder.ok())
-    return holder.status().context("cannot start the container of image '" +
-                                   st.options.container_image + "'");
+    return launcher::Status::error("cannot start the container of image '" +
+                                       st.options.container_image + "': " +
+                                       holder.status().message() + diagnosis_for(holder.status(), st),
+                                   holder.status().error_number());
   st.spec = std::move(*spec);
   st.holder = std::move(*holder);
   return run_entrypoint(sp, st);
@@ -194,8 +199,17 @@ void finish_node_container(PluginState& st) {
 // Job epilog (root, in a slurmstepd that slurmd started): remove the job's named containers on this
 // node. The removal runs in a child that has become the job user: never touch user paths as root.
 int remote_job_epilog(spank_t sp) {
-  auto ids = step_ids(sp);
-  if (!ids) return 0;
+  // The prolog/epilog context answers only S_JOB_UID and S_JOB_ID (Slurm's
+  // _check_spank_item_validity); the group comes from the password database.
+  StepIds job;
+  if (spank_get_item(sp, S_JOB_UID, &job.uid) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_ID, &job.job_id) != ESPANK_SUCCESS)
+    return 0;
+  struct passwd pw, *res = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(job.uid, &pw, buf.data(), buf.size(), &res) != 0 || !res) return 0;
+  job.gid = res->pw_gid;
+  const StepIds* ids = &job;
   PluginState& st = state();
   st.cache_dir = cache_dir_for(st.config, ids->uid);
   const std::string dir = job_scope_dir(st, ids->uid, ids->job_id);

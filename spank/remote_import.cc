@@ -76,7 +76,8 @@ launcher::Status setup_step(spank_t sp, PluginState& st) {
 
 int remote_user_init(spank_t sp) {
   PluginState& st = state();
-  load_remote_options(sp, job_getenv(sp, "PWD").value_or("/"));
+  // Relative paths in options are the submission directory's (SLURM_SUBMIT_DIR; PWD may be unset).
+  load_remote_options(sp, job_getenv(sp, "SLURM_SUBMIT_DIR").value_or(job_getenv(sp, "PWD").value_or("/")));
   if (!st.deferred_error.empty() || !st.options.wants_container()) return 0;
   auto ids = step_ids(sp);
   if (!ids) {
@@ -91,9 +92,9 @@ int remote_user_init(spank_t sp) {
   st.cache_dir = cache_dir_for(st.config, ids->uid);
   auto status = setup_step(sp, st);
   if (!status.ok()) {
+    // Raised (once per node) by task_init: an error logged here would reach srun twice.
     st.image.reset();
     st.deferred_error = status.message();
-    log_error(st.deferred_error);
     return 0;
   }
   log_info("step " + std::to_string(ids->job_id) + "." + std::to_string(ids->step_id) + ": image " +

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "dl_doctor.h"
 #include "dl_hooks.h"
 #include "options/container_plan.h"
 #include "log.h"
@@ -93,7 +94,10 @@ void adjust_pmix_env(spank_t sp, const PluginState& st, const launcher::TaskView
 int remote_task_init(spank_t sp) {
   PluginState& st = state();
   if (!st.deferred_error.empty()) {
-    log_error(st.deferred_error);
+    // A node-wide error: one line per node (local task 0), every task fails.
+    int local_task = 0;
+    if (spank_get_item(sp, S_TASK_ID, &local_task) != ESPANK_SUCCESS || local_task == 0)
+      log_error(st.deferred_error);
     return -1;
   }
   if (!st.image) return 0;  // no container for this step
@@ -110,7 +114,7 @@ int remote_task_init(spank_t sp) {
   }
   if (auto status = launcher::join_container(st.holder, st.spec, view); !status.ok()) {
     log_error("cannot enter the container of image '" + st.options.container_image + "': " +
-              status.message());
+              status.message() + diagnosis_for(status, st));
     return -1;
   }
   // Nothing the user runs in the container may gain privileges (setuid binaries, file caps).

@@ -12,6 +12,7 @@
 #include "cli/cli_common.h"
 
 namespace slipway::launcher::cli {
+int cmd_doctor(std::vector<std::string>& args);  // doctor.cc
 namespace {
 
 int cmd_import(std::vector<std::string>& args) {
@@ -37,7 +38,9 @@ constexpr std::array kCommands = {
             cmd_run},
     Command{"import", "import IMAGE    import IMAGE into the node cache; print its digest and root",
             cmd_import},
-    Command{"help", "help             this text", cmd_help},
+    Command{"doctor", "doctor [--cache-dir=DIR] [--registry=HOST:PORT] [--host-libs=SPEC]\n"
+                      "                   check this node for what containers need; say how to fix it",
+            cmd_doctor},
 };
 
 int cmd_help(std::vector<std::string>&) {

@@ -27,6 +27,13 @@ std::vector<std::string_view> split(std::string_view v, char sep) {
   return out;
 }
 
+// CWD/PATH without a doubled slash when CWD is "/".
+std::string join(std::string_view cwd, std::string_view path) {
+  std::string out(cwd);
+  if (out.empty() || out.back() != '/') out += '/';
+  return out + std::string(path);
+}
+
 bool has_dotdot(std::string_view path) {
   for (auto c : split(path, '/'))
     if (c == "..") return true;
@@ -74,7 +81,7 @@ Status set_name(JobOptions& o, std::string_view v, std::string_view) {
 
 Status set_save(JobOptions& o, std::string_view v, std::string_view cwd) {
   if (v.empty()) return bad("container-save", v, "needs a file path, e.g. --container-save=img.tar");
-  o.save_path = v[0] == '/' ? std::string(v) : std::string(cwd) + "/" + std::string(v);
+  o.save_path = v[0] == '/' ? std::string(v) : join(cwd, v);
   return Status();
 }
 
@@ -249,7 +256,7 @@ Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_v
     MountSpec m;
     if (entry.empty() || f.size() > 3 || f[0].empty())
       return bad("container-mounts", entry, "is malformed; use SRC[:DST[:FLAGS]][,...]");
-    m.source = f[0][0] == '/' ? std::string(f[0]) : std::string(cwd) + "/" + std::string(f[0]);
+    m.source = f[0][0] == '/' ? std::string(f[0]) : join(cwd, f[0]);
     m.destination = f.size() > 1 ? std::string(f[1]) : m.source;
     if (m.destination.empty() || m.destination[0] != '/' || has_dotdot(m.destination))
       return bad("container-mounts", entry,
@@ -268,13 +275,33 @@ Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_v
   return out;
 }
 
-Status apply_option(JobOptions& opts, OptionId id, const char* arg, std::string_view cwd) {
+// The flag opposite to `id`, if it is one of a pair.
+std::optional<OptionId> opposite(OptionId id) {
+  for (auto [a, b] : kOpposites) {
+    if (a == id) return b;
+    if (b == id) return a;
+  }
+  return std::nullopt;
+}
+
+bool contains(const std::vector<OptionId>& v, OptionId id) {
+  return std::find(v.begin(), v.end(), id) != v.end();
+}
+
+Status apply_option(JobOptions& opts, OptionId id, const char* arg, std::string_view cwd,
+                    bool inherited) {
   const OptionSpec* spec = find_option(id);
   if (!spec) return Status::error("unknown option", EINVAL);
   std::string_view value = arg ? arg : "";
   if (spec->arginfo && !arg) return bad(spec->name, value, "needs a value");
+  if (auto other = opposite(id); other && contains(opts.given, *other)) {
+    const bool other_inherited = contains(opts.inherited, *other);
+    if (inherited && !other_inherited) return Status();  // the explicit opposite stays
+    if (!inherited && other_inherited) std::erase(opts.given, *other);
+  }
   SLIPWAY_TRY(spec->apply(opts, value, cwd));
   opts.given.push_back(id);
+  if (inherited) opts.inherited.push_back(id);
   return Status();
 }
 

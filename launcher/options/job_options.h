@@ -94,15 +94,19 @@ struct JobOptions {
 
   // True when the step runs in a container (an image or a named container was asked for).
   bool wants_container() const { return !container_image.empty() || !container_name.empty(); }
-  std::vector<OptionId> given;  // options set by the user, in order (for conflict checks)
+  std::vector<OptionId> given;      // options set by the user, in order (for conflict checks)
+  std::vector<OptionId> inherited;  // of those, the ones srun got from its allocation
 };
 
 Result<DlGpus> parse_dl_gpus(std::string_view text);
 Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_view cwd);
 
 // Validates `arg` for option `id` and stores it in `opts`. The error names the option and the fix.
-// `cwd` makes relative mount sources absolute.
-Status apply_option(JobOptions& opts, OptionId id, const char* arg, std::string_view cwd = "");
+// `cwd` makes relative mount sources absolute. An `inherited` flag (srun inside sbatch or salloc
+// gets the allocation's options too) never contradicts its opposite given to srun: the explicit one
+// wins, whichever comes first.
+Status apply_option(JobOptions& opts, OptionId id, const char* arg, std::string_view cwd = "",
+                    bool inherited = false);
 
 // Fills options the user did not give from SLIPWAY_CONTAINER_* (then PYXIS_CONTAINER_* when
 // `honor_pyxis`), read with `getenv`. Flags accept 1/0, true/false, yes/no.

@@ -176,9 +176,15 @@ Status mount_system(int root_fd) {
 Status mount_binds(int root_fd, const LaunchSpec& spec) {
   for (const auto& b : spec.binds) {
     if (b.optional && access(b.source.c_str(), F_OK) != 0) continue;
-    SLIPWAY_TRY(bind_at(root_fd, b.source, b.destination,
+    Status st = bind_at(root_fd, b.source, b.destination,
                         {.recursive = b.recursive, .read_only = b.read_only,
-                         .allow_devices = b.allow_devices}));
+                         .allow_devices = b.allow_devices});
+    // A user namespace may not leave out mounts below a bind source: they are locked to it.
+    if (!st.ok() && !b.recursive && st.error_number() == EINVAL)
+      return Status::error("--container-mounts: cannot bind '" + b.source + "' with norbind: it "
+                           "has mounts below it, which a user namespace may not hide; drop norbind",
+                           EINVAL);
+    SLIPWAY_TRY(st);
   }
   for (const auto& f : spec.host_files) {
     if (access(f.c_str(), R_OK) != 0) continue;

@@ -153,6 +153,28 @@ START_TEST(contradictory_flags_and_missing_image) {
 }
 END_TEST
 
+START_TEST(explicit_flag_beats_its_inherited_opposite) {
+  // srun inside `#SBATCH --container-readonly` given --container-writable, in either order.
+  JobOptions a;
+  ck_assert(apply_option(a, OptionId::kContainerReadonly, nullptr, "", /*inherited=*/true).ok());
+  ck_assert(apply_option(a, OptionId::kContainerWritable, nullptr, "", false).ok());
+  ck_assert(validate_options(a).ok() || a.container_image.empty());
+  ck_assert(a.writable.value());
+  JobOptions b;
+  ck_assert(apply_option(b, OptionId::kContainerImage, "x").ok());
+  ck_assert(apply_option(b, OptionId::kContainerWritable, nullptr, "", false).ok());
+  ck_assert(apply_option(b, OptionId::kContainerReadonly, nullptr, "", true).ok());
+  ck_assert(validate_options(b).ok());
+  ck_assert(b.writable.value());
+  // Both explicit still contradict.
+  JobOptions c;
+  ck_assert(apply_option(c, OptionId::kContainerImage, "x").ok());
+  ck_assert(apply_option(c, OptionId::kContainerWritable, nullptr).ok());
+  ck_assert(apply_option(c, OptionId::kContainerReadonly, nullptr).ok());
+  ck_assert(!validate_options(c).ok());
+}
+END_TEST
+
 START_TEST(environment_defaults_slipway_then_pyxis) {
   std::map<std::string, std::string> env = {{"PYXIS_CONTAINER_IMAGE", "pyxis/img"},
                                             {"SLIPWAY_CONTAINER_WRITABLE", "1"},
@@ -209,6 +231,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, other_values_validated);
   tcase_add_test(tc, contradictory_flags_and_missing_image);
   tcase_add_test(tc, environment_defaults_slipway_then_pyxis);
+  tcase_add_test(tc, explicit_flag_beats_its_inherited_opposite);
   tcase_add_test(tc, new_plugstack_keys);
   suite_add_tcase(s, tc);
   return s;

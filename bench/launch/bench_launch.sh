@@ -1,0 +1,119 @@
+#!/bin/bash
+# Per-task start cost of a container with a cached image, Slipway against its peers and the floor,
+# and what --container-image adds to an 8-task srun on 4 nodes (design.md, "Performance model").
+#
+#   bench_launch.sh [--runs N] [--image NAME] [--out DIR]      (as root; measures as the job user)
+#
+# Needs a sandbox up (contrib/sandbox/slipway-sandbox up; SLIPWAY_SANDBOX_INSTANCE picks which),
+# the image pushed (slipway-sandbox images NAME), hyperfine, and the slipway binary
+# ($SLIPWAY_BIN, default <repo>/build/launcher/slipway). Every command runs as the unprivileged job
+# user (slwuser), as a real job would, on the same rootfs: the image as `slipway import` unpacked it.
+# Prints one table (median ms, ratio to the floor) and the targets; hyperfine's JSON stays in --out.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+SANDBOX=$REPO/contrib/sandbox/slipway-sandbox
+INSTANCE=${SLIPWAY_SANDBOX_INSTANCE:-0}
+if ((INSTANCE == 0)); then SANDBOX_DIR=/var/lib/slipway-sandbox; else SANDBOX_DIR=/var/lib/slipway-sandbox-$INSTANCE; fi
+SLIPWAY_BIN=${SLIPWAY_BIN:-$REPO/build/launcher/slipway}
+JOB_USER=slwuser
+RUNS=200 IMAGE=busybox OUT=/tmp/bench-launch-$(date +%Y%m%d-%H%M%S)
+
+die() { echo "bench_launch: $*" >&2; exit 1; }
+
+while (($#)); do
+    case $1 in
+        --runs) RUNS=$2; shift 2 ;;
+        --image) IMAGE=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        *) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 2 ;;
+    esac
+done
+[[ $EUID -eq 0 ]] || die "run as root: it measures as $JOB_USER through setpriv"
+command -v hyperfine >/dev/null || die "hyperfine missing (apt-get install -y hyperfine)"
+[[ -x $SLIPWAY_BIN ]] || die "$SLIPWAY_BIN not built (make slipway) or set SLIPWAY_BIN"
+REGISTRY=10.77.$INSTANCE.1:5000
+REF=$REGISTRY/slipway/$IMAGE:latest
+UID_=$(id -u $JOB_USER)
+CACHE=/var/tmp/slipway-bench-$UID_
+HOME_=/var/tmp/slipway-bench-home-$UID_        # podman's storage; not the shared home
+mkdir -p "$OUT" "$HOME_" "/tmp/slipway-bench-xdg-$UID_"
+chown $JOB_USER: "$OUT" "$HOME_" "/tmp/slipway-bench-xdg-$UID_"
+chmod 700 "/tmp/slipway-bench-xdg-$UID_"
+
+# as_user CMD...: CMD as the job user with a small, fixed environment.
+as_user() {
+    (cd "$OUT" && setpriv --reuid=$JOB_USER --regid=$JOB_USER --init-groups -- env -i \
+        HOME="$HOME_" USER=$JOB_USER LOGNAME=$JOB_USER PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        XDG_RUNTIME_DIR="/tmp/slipway-bench-xdg-$UID_" SLURM_CONF="$SANDBOX_DIR/etc/slurm.conf" \
+        SLIPWAY_CACHE_DIR="$CACHE" SLIPWAY_INSECURE_REGISTRIES="$REGISTRY" "$@")
+}
+
+read -r DIGEST ROOTFS < <(as_user "$SLIPWAY_BIN" import "$REF") || die "slipway import $REF failed"
+[[ -x $ROOTFS/bin/true ]] || die "$ROOTFS/bin/true missing"
+echo "image $REF = $DIGEST" >&2
+echo "rootfs $ROOTFS" >&2
+
+# bench NAME RUNS CMD: hyperfine without a shell (-N), medians in $OUT/NAME.json.
+bench() {
+    as_user hyperfine -N --style none --warmup 5 --runs "$2" --export-json "$OUT/$1.json" "$3" >/dev/null \
+        || { echo "bench_launch: '$3' failed; skipping $1" >&2; rm -f "$OUT/$1.json"; }
+}
+
+bench host "$RUNS" "$ROOTFS/bin/true"
+bench floor "$RUNS" "unshare -U -r -m /usr/sbin/chroot $ROOTFS /bin/true"
+bench slipway_tag "$RUNS" "$SLIPWAY_BIN run --container-image=$REF -- /bin/true"
+bench slipway_digest "$RUNS" "$SLIPWAY_BIN run --container-image=${REF%:latest}@$DIGEST -- /bin/true"
+bench ch_run "$RUNS" "ch-run $ROOTFS -- /bin/true"
+bench bwrap "$RUNS" "bwrap --unshare-user --ro-bind $ROOTFS / --dev /dev --proc /proc /bin/true"
+bench podman $((RUNS / 10 > 5 ? RUNS / 10 : 5)) "podman run --rm --network=host --rootfs $ROOTFS /bin/true"
+
+if [[ $("$SANDBOX" status 2>/dev/null || true) =~ slurmctld\ +running ]]; then
+    SRUN_RUNS=$((RUNS / 10 > 10 ? RUNS / 10 : 10))
+    bench srun_plain "$SRUN_RUNS" "srun -N4 -n8 -K /bin/true"
+    bench srun_container "$SRUN_RUNS" "srun -N4 -n8 -K --container-image=$REF /bin/true"
+else
+    echo "bench_launch: sandbox $INSTANCE is not up; no srun figures" >&2
+fi
+
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def stats(name):
+    p = os.path.join(out, name + ".json")
+    if not os.path.exists(p):
+        return None
+    r = json.load(open(p))["results"][0]
+    return r["median"] * 1e3, r["mean"] * 1e3, r["stddev"] * 1e3, len(r["times"])
+rows = [("host", "host exec of /bin/true"), ("floor", "floor: unshare -U -r -m + chroot"),
+        ("slipway_tag", "slipway run IMG:tag"), ("slipway_digest", "slipway run IMG@digest"),
+        ("ch_run", "ch-run"), ("bwrap", "bwrap"), ("podman", "podman run --rootfs (rootless)")]
+floor = stats("floor")
+print("%-36s %10s %10s %8s %6s %10s" % ("per task (/bin/true)", "median ms", "mean ms", "sd", "runs", "x floor"))
+for key, label in rows:
+    s = stats(key)
+    if s:
+        print("%-36s %10.2f %10.2f %8.2f %6d %10.2f" % (label, s[0], s[1], s[2], s[3], s[0] / floor[0] if floor else float("nan")))
+    else:
+        print("%-36s %10s" % (label, "failed"))
+plain, cont = stats("srun_plain"), stats("srun_container")
+if plain and cont:
+    print()
+    print("%-36s %10s %10s %8s %6s" % ("srun -N4 -n8", "median ms", "mean ms", "sd", "runs"))
+    print("%-36s %10.2f %10.2f %8.2f %6d" % ("without --container-image", *plain))
+    print("%-36s %10.2f %10.2f %8.2f %6d" % ("with --container-image (cached)", *cont))
+    print("%-36s %10.2f" % ("added by the container", cont[0] - plain[0]))
+print()
+best = min((stats(k)[0], k) for k in ("slipway_tag", "slipway_digest") if stats(k)) if stats("slipway_tag") or stats("slipway_digest") else None
+if floor and best:
+    peers = [stats(k)[0] for k in ("ch_run", "bwrap", "podman") if stats(k)]
+    print("target: slipway run within 1.5x the floor: %s (%.2fx, %s)" % ("PASS" if best[0] <= 1.5 * floor[0] else "FAIL", best[0] / floor[0], best[1]))
+    print("target: faster than every peer: %s" % ("PASS" if all(best[0] < p for p in peers) else "FAIL"))
+    tag = stats("slipway_tag")
+    if tag:
+        print("        (by tag: %.2fx the floor, %s every peer)" % (tag[0] / floor[0], "faster than" if all(tag[0] < p for p in peers) else "NOT faster than"))
+if plain and cont:
+    print("target: at most 50 ms added to srun -N4 -n8: %s (%.1f ms)" % ("PASS" if cont[0] - plain[0] <= 50 else "FAIL", cont[0] - plain[0]))
+PY
+echo "hyperfine JSON: $OUT" >&2

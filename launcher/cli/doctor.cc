@@ -1,0 +1,48 @@
+// `slipway doctor [--cache-dir=DIR] [--registry=HOST:PORT]... [--host-libs=SPEC]
+// [--slurm-plugin-dir=DIR]`: checks this node for what Slipway needs (launcher/dl/doctor.h) and
+// prints one line per check, with the fix for each failure. Exit status 1 when a check failed.
+// Defaults come from the environment like the other commands (SLIPWAY_CACHE_DIR,
+// SLIPWAY_DEFAULT_REGISTRY, SLIPWAY_INSECURE_REGISTRIES, SLIPWAY_HOST_LIBS).
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/cli_common.h"
+#include "dl/doctor.h"
+#include "image/cache.h"
+
+namespace slipway::launcher::cli {
+namespace {
+
+Result<DoctorOptions> parse_doctor(const std::vector<std::string>& args) {
+  DoctorOptions o;
+  o.cache_dir = env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()));
+  o.registries = env_list("SLIPWAY_INSECURE_REGISTRIES");
+  std::string hostlibs = env_or("SLIPWAY_HOST_LIBS", "");
+  for (const auto& a : args) {
+    auto value = [&](const char* prefix) { return a.substr(std::string(prefix).size()); };
+    if (a.rfind("--cache-dir=", 0) == 0) o.cache_dir = value("--cache-dir=");
+    else if (a.rfind("--registry=", 0) == 0) o.registries.push_back(value("--registry="));
+    else if (a.rfind("--host-libs=", 0) == 0) hostlibs = value("--host-libs=");
+    else if (a.rfind("--slurm-plugin-dir=", 0) == 0) o.slurm_plugin_dir = value("--slurm-plugin-dir=");
+    else return Status::error("doctor: unknown option '" + a + "'; see 'slipway help'", EINVAL);
+  }
+  auto sets = parse_host_lib_sets(hostlibs);
+  SLIPWAY_TRY(sets);
+  o.host_lib_sets = std::move(*sets);
+  return o;
+}
+
+}  // namespace
+
+int cmd_doctor(std::vector<std::string>& args) {
+  auto opts = parse_doctor(args);
+  if (!opts.ok()) return fail(opts.status().message()), 2;
+  auto findings = run_doctor(*opts);
+  fputs(format_findings(findings).c_str(), stdout);
+  return has_failures(findings) ? 1 : 0;
+}
+
+}  // namespace slipway::launcher::cli

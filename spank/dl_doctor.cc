@@ -1,0 +1,19 @@
+// Root cause of a failed launch (see dl_doctor.h).
+#include "dl_doctor.h"
+
+#include "dl/doctor.h"
+
+namespace slipway::spank {
+
+std::string diagnose_launch_failure(const PluginState& st) {
+  launcher::DoctorOptions o;
+  o.cache_dir = st.cache_dir;
+  o.host_lib_sets = st.config.host_lib_sets;
+  std::string out;
+  for (const auto& f : launcher::run_doctor(o))
+    if (f.verdict == launcher::Verdict::kFail)
+      out += "; slipway doctor: " + f.check + ": " + f.detail + (f.fix.empty() ? "" : "; fix: " + f.fix);
+  return out;
+}
+
+}  // namespace slipway::spank

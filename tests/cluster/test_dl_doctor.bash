@@ -1,0 +1,46 @@
+# `slipway doctor` (issue 5) on a sandbox node, as the job user: the sandbox's known state (user
+# namespaces and overlayfs work, the registry answers, mpi/pmix and libpmix.so are installed, no
+# GPUs, the configured host libraries load), and the diagnosis when user namespaces are off.
+source "$(dirname "${BASH_SOURCE[0]}")/dl_common.bash"
+
+setup_file() {
+    dl_require_sandbox
+    SLIPWAY_BIN=${SLIPWAY_BIN:-$(dirname "$SLIPWAY_PLUGIN_PATH")/../launcher/slipway}
+    [[ -x $SLIPWAY_BIN ]] || SLIPWAY_BIN=$REPO_DIR/build/launcher/slipway
+    [[ -x $SLIPWAY_BIN ]] || fail "no slipway binary; set SLIPWAY_BIN"
+}
+
+SLIPWAY_PLUGIN_PATH=${SLIPWAY_PLUGIN:-$REPO_DIR/build/spank/spank_slipway.so}
+
+test_doctor_on_a_node_reports_the_sandbox_state() {
+    run_job srun -N1 -n1 -w node2 -K "$SLIPWAY_BIN" doctor --registry="$SANDBOX_NET.1:5000" \
+        --host-libs='mpi:libmpi.so.40;nccl:libnccl.so.2'
+    assert_success
+    assert_output_contains "ok    userns: unprivileged user namespaces work"
+    assert_output_contains "ok    overlay: overlayfs mounts inside a user namespace"
+    assert_output_contains "ok    cache: cache /var/tmp/slipway-$(id -u slwuser): "
+    assert_output_contains "ok    registry: $SANDBOX_NET.1:5000 reachable"
+    assert_output_contains "ok    pmix: mpi/pmix plugin present, libpmix.so -> "
+    assert_output_contains "skip  gpus: no NVIDIA GPUs (no /dev/nvidiaN)"
+    assert_output_contains "ok    hostlibs:mpi: 8 libraries present and loadable"
+    assert_output_contains "ok    hostlibs:nccl: 1 libraries present and loadable"
+}
+
+test_doctor_names_a_dead_registry() {
+    run_job srun -N1 -n1 -K "$SLIPWAY_BIN" doctor --registry="$SANDBOX_NET.1:5999"
+    assert_failure 1
+    assert_output_contains "FAIL  registry: cannot connect to $SANDBOX_NET.1:5999: Connection refused; fix: "
+}
+
+# user.max_user_namespaces cannot be written here, even by root (this machine is a container), and
+# a real sysctl would break every other test running beside this one. The limit is per user
+# namespace (user_namespaces(7)), so a child namespace sets its own to 0 and runs doctor inside:
+# doctor sees the same refusal (ENOSPC) and the same sysctl value as on a node with it at 0; the
+# host's value is untouched, so nothing needs restoring.
+test_doctor_names_user_namespaces_off() {
+    run_host unshare -U -r sh -c "echo 0 > /proc/sys/user/max_user_namespaces && $SLIPWAY_BIN doctor"
+    assert_failure 1
+    assert_output_contains "FAIL  userns: unprivileged user namespaces are off: user.max_user_namespaces=0; fix: sysctl -w user.max_user_namespaces=15000"
+    assert_output_contains "skip  overlay: not tried: user namespaces do not work"
+    [[ $(cat /proc/sys/user/max_user_namespaces) != 0 ]] || fail "the host's limit changed"
+}

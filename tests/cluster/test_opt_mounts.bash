@@ -1,0 +1,142 @@
+# --container-mounts=SRC[:DST[:FLAGS]][,...] on the sandbox: host directories bound into the
+# container on every node, read-write unless `ro`, always nosuid,nodev, DST defaulting to SRC, a
+# relative SRC taken from the submission directory, submounts carried unless `norbind`, and a
+# symlink in the container that cannot lead a destination out of the root. srun, #SBATCH, salloc.
+
+setup_file() {
+    require_sandbox
+    require_plugin
+    require_images busybox
+    BUSYBOX=$(image_ref busybox)
+    DATA_NAME=slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-mounts
+    DATA=$(job_user_home)/$DATA_NAME
+    rm -rf "$DATA"
+    mkdir -p "$DATA"/{a,b,escape,sub}
+    echo from-host >"$DATA/a/in"
+    echo from-b >"$DATA/b/in"
+    chown -R slwuser: "$DATA"
+}
+
+teardown_file() { rm -rf "$DATA"; }
+
+slurmd_pid() { cat "$SANDBOX_DIR/run/slurmd-$1.pid"; }
+
+test_srun_binds_a_dir_read_write_on_every_node() {
+    rm -f "$DATA"/a/out-*
+    run_job srun -N4 -K --container-image="$BUSYBOX" --container-mounts="$DATA/a:/data" \
+        sh -c 'cat /data/in && echo "$SLURM_PROCID" >/data/out-$SLURM_PROCID'
+    assert_success
+    assert_equal 4 "$(grep -cx from-host <<<"$output")" "tasks reading the bind"
+    local i
+    for i in 0 1 2 3; do assert_equal "$i" "$(cat "$DATA/a/out-$i")" "what task $i wrote through the bind"; done
+}
+
+test_ro_flag_and_nosuid_nodev() {
+    run_job srun -N2 -K --container-image="$BUSYBOX" --container-mounts="$DATA/a:/data:ro" \
+        sh -c 'touch /data/nope 2>&1; grep " /data " /proc/self/mountinfo'
+    assert_success
+    assert_equal 2 "$(grep -c 'Read-only file system' <<<"$output")" "refused writes"
+    assert_no_file "$DATA/a/nope"
+    local mi
+    mi=$(grep ' /data ' <<<"$output")
+    [[ -n $mi ]] || fail "/data is not a mount point in the container:"$'\n'"$output"
+    while read -r line; do
+        [[ $line =~ \ /data\ (ro|[^ ]*,ro)[,\ ] ]] || fail "/data is not read-only: $line"
+        [[ $line == *nosuid* && $line == *nodev* ]] || fail "/data is not nosuid,nodev: $line"
+    done <<<"$mi"
+    run_job srun -N1 -K --container-image="$BUSYBOX" --container-mounts="$DATA/a:/data:rw" \
+        sh -c 'grep " /data " /proc/self/mountinfo'
+    assert_success
+    [[ $output == *nosuid* && $output == *nodev* ]] || fail "a rw bind is not nosuid,nodev: $output"
+}
+
+test_several_mounts_and_default_destination() {
+    # Without the home directory bound, $DATA/b is visible only through its own bind.
+    run_job srun -N2 -K --container-image="$BUSYBOX" --no-container-mount-home --container-workdir=/ \
+        --container-mounts="$DATA/a:/data,$DATA/b" sh -c "cat /data/in $DATA/b/in; ls $DATA"
+    assert_success
+    assert_equal 2 "$(grep -cx from-host <<<"$output")" "/data/in"
+    assert_equal 2 "$(grep -cx from-b <<<"$output")" "$DATA/b/in"
+    assert_output_not_contains "escape"     # only b of $DATA is there
+}
+
+test_relative_source_is_from_the_submission_directory() {
+    run_job srun -N2 -K --container-image="$BUSYBOX" --no-container-mount-home \
+        --container-mounts="$DATA_NAME/a:/data" --container-workdir=/ cat /data/in
+    assert_success
+    assert_equal 2 "$(grep -cx from-host <<<"$output")" "tasks reading the relative bind"
+}
+
+test_source_missing_on_the_nodes_fails_naming_the_node() {
+    # /tmp of the host (where srun runs) is not the nodes' /tmp.
+    local src=/tmp/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-hostonly
+    mkdir -p "$src"
+    run_job srun -N1 -w node2 -K --container-image="$BUSYBOX" --container-mounts="$src:/data" true
+    rmdir "$src"
+    assert_failure
+    assert_output_contains "slipway: --container-mounts: source '$src' does not exist on node2; create it or fix the path"
+}
+
+# rbind (the default) carries a submount of the source along; norbind leaves an empty directory,
+# or, where the kernel forbids uncovering a submount locked by the user namespace, fails with a line
+# that names the option and the fix (not a bare errno).
+test_rbind_carries_submounts_norbind_does_not() {
+    local node=node1 pid out_rbind status_rbind
+    pid=$(slurmd_pid $node)
+    nsenter -t "$pid" -m sh -c "mount -t tmpfs slipway-test-sub $DATA/sub && echo in-submount >$DATA/sub/file" \
+        || fail "cannot mount a submount on $node"
+    run_job srun -N1 -w $node -K --container-image="$BUSYBOX" --container-mounts="$DATA:/d" \
+        sh -c 'cat /d/sub/file'
+    out_rbind=$output status_rbind=$status
+    run_job srun -N1 -w $node -K --container-image="$BUSYBOX" --container-mounts="$DATA:/d:ro+norbind" \
+        sh -c 'ls -A /d/sub; echo end'
+    nsenter -t "$pid" -m umount "$DATA/sub"
+    assert_equal 0 "$status_rbind" "status with rbind"
+    assert_equal "in-submount" "$out_rbind" "the submount's file with rbind"
+    if ((status == 0)); then
+        assert_output "end"
+    else
+        assert_output_matches "slipway: .*--container-mounts.*norbind"
+    fi
+}
+
+# Symlinks in a (named, writable) container, one climbing far above / and one absolute, both to a
+# path that exists on the host and in the container: a bind destination below them resolves inside
+# the container's root, and nothing is created on the host.
+test_symlink_cannot_lead_a_destination_outside() {
+    run_job salloc -N1 -w node3 --time=2 sh -c "
+        srun -K --container-image=$BUSYBOX --container-name=symlinks:create --no-container-mount-home \
+            --container-workdir=/ sh -c 'mkdir -p $DATA/escape && ln -s ../../../../../..$DATA/escape /up &&
+                                         ln -s $DATA/escape /abs' &&
+        srun -K --container-name=symlinks --no-container-mount-home --container-workdir=/ \
+            --container-mounts=$DATA/a:/up/in-up,$DATA/a:/abs/in-abs \
+            sh -c 'cat /up/in-up/in /abs/in-abs/in; ls $DATA/escape'"
+    assert_no_file "$DATA/escape/in-up"
+    assert_no_file "$DATA/escape/in-abs"
+    assert_success
+    assert_equal 2 "$(grep -cx from-host <<<"$output")" "files read through the binds"
+}
+
+test_sbatch_mounts_reach_every_step() {
+    local script
+    script=$(job_user_home)/$DATA_NAME/job.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$BUSYBOX
+#SBATCH --container-mounts=$DATA/a:/data:ro
+#SBATCH -N2 --ntasks-per-node=1 --time=2
+srun -K sh -c 'echo "step \$SLURM_PROCID \$(cat /data/in)"'
+EOS
+    chown slwuser "$script"
+    run_batch "$script"
+    echo "$output" >&2
+    assert_success
+    assert_equal 2 "$(grep -c '^step [01] from-host$' <<<"$output")" "steps reading the bind"
+}
+
+test_salloc_mounts_reach_every_step() {
+    run_job salloc -N2 --time=2 --container-image="$BUSYBOX" --container-mounts="$DATA/b:/data" \
+        srun -K -n2 cat /data/in
+    assert_success
+    assert_equal 2 "$(grep -cx from-b <<<"$output")" "steps reading the bind"
+}

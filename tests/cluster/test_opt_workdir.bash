@@ -1,0 +1,78 @@
+# --container-workdir=PATH on the sandbox: every task of every node starts in PATH inside the
+# container; by default in the submission directory, bound in when home and /tmp do not cover it;
+# a PATH missing from the image fails naming the option. srun, #SBATCH, salloc.
+
+setup_file() {
+    require_sandbox
+    require_plugin
+    require_images busybox
+    BUSYBOX=$(image_ref busybox)
+    # A submission directory outside home and /tmp, the same on every node (the nodes share / but
+    # not /tmp or /var/tmp).
+    OUTSIDE=/srv/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-workdir
+    rm -rf "$OUTSIDE"
+    mkdir -p "$OUTSIDE"
+    echo outside >"$OUTSIDE/marker"
+    chown -R slwuser: "$OUTSIDE"
+}
+
+teardown_file() { rm -rf "$OUTSIDE"; }
+
+test_workdir_is_the_cwd_of_every_task() {
+    run_job srun -N4 --ntasks-per-node=2 -K --container-image="$BUSYBOX" --container-workdir=/etc \
+        sh -c 'pwd; cat slipway-image'
+    assert_success
+    assert_equal 8 "$(grep -cx /etc <<<"$output")" "tasks in /etc"
+    assert_equal 8 "$(grep -cx busybox <<<"$output")" "tasks reading ./slipway-image"
+}
+
+test_default_is_the_submission_directory() {
+    run_job srun -N2 -K --container-image="$BUSYBOX" pwd
+    assert_success
+    assert_equal 2 "$(grep -cx "$(job_user_home)" <<<"$output")" "tasks in the submission directory"
+}
+
+test_submission_directory_outside_home_is_bound() {
+    run_job srun -N2 -K -D "$OUTSIDE" --container-image="$BUSYBOX" sh -c 'pwd; cat marker'
+    assert_success
+    assert_equal 2 "$(grep -cx "$OUTSIDE" <<<"$output")" "tasks in $OUTSIDE"
+    assert_equal 2 "$(grep -cx outside <<<"$output")" "tasks reading ./marker"
+}
+
+test_home_as_submission_directory_is_bound_without_mount_home() {
+    run_job srun -N2 -K --container-image="$BUSYBOX" --no-container-mount-home sh -c 'pwd; ls -d "$HOME"'
+    assert_success
+    assert_equal 4 "$(grep -cx "$(job_user_home)" <<<"$output")" "tasks in (and seeing) home"
+}
+
+test_workdir_missing_in_the_image_fails_naming_the_option() {
+    run_job srun -N2 -K --container-image="$BUSYBOX" --container-workdir=/no/such/dir true
+    assert_failure
+    assert_output_contains "working directory '/no/such/dir' does not exist in the container"
+    assert_output_contains "check --container-workdir"
+}
+
+test_sbatch_workdir() {
+    local script
+    script=$OUTSIDE/job.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$BUSYBOX
+#SBATCH --container-workdir=/proc
+#SBATCH -N2 --ntasks-per-node=1 --time=2
+srun -K sh -c 'echo "step \$SLURM_PROCID \$(pwd)"'
+srun -K --container-workdir=/etc sh -c 'echo "step \$SLURM_PROCID \$(pwd)"'
+EOS
+    chown slwuser "$script"
+    run_batch "$script"
+    echo "$output" >&2
+    assert_success
+    assert_equal 2 "$(grep -c '^step [01] /proc$' <<<"$output")" "steps in /proc"
+    assert_equal 2 "$(grep -c '^step [01] /etc$' <<<"$output")" "steps in /etc (srun's option wins)"
+}
+
+test_salloc_workdir() {
+    run_job salloc -N2 --time=2 --container-image="$BUSYBOX" --container-workdir=/etc srun -K -n2 pwd
+    assert_success
+    assert_equal 2 "$(grep -cx /etc <<<"$output")" "steps in /etc"
+}
