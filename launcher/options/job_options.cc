@@ -40,9 +40,17 @@ bool has_dotdot(std::string_view path) {
   return false;
 }
 
+// pyxis/enroot write a registry as "REGISTRY#REPO" (nvcr.io#nvidia/pytorch:24.01-py3), with an
+// optional "USER@" in front for enroot's credentials; Docker writes "REGISTRY/REPO".
 Status set_image(JobOptions& o, std::string_view v, std::string_view) {
   if (v.empty()) return bad("container-image", v, "needs an image, e.g. --container-image=ubuntu");
-  o.container_image = std::string(v);
+  std::string image(v);
+  size_t hash = image.find('#');
+  if (hash != std::string::npos && image.find('/') > hash && image.find(':', hash) != hash + 1) {
+    if (size_t at = image.find('@'); at < hash) image.erase(0, at + 1);  // enroot's USER@
+    image[image.find('#')] = '/';
+  }
+  o.container_image = std::move(image);
   return Status();
 }
 

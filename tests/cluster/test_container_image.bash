@@ -99,3 +99,10 @@ test_bad_dl_gpus_is_rejected_at_submission() {
     run_job srun -N1 -K --dl-gpus=auto true
     assert_success
 }
+
+test_pyxis_registry_hash_form_works() {
+    # pyxis/enroot scripts write REGISTRY#REPO (e.g. nvcr.io#nvidia/pytorch:24.01-py3).
+    run_job srun -N1 -K --container-image="${BUSYBOX/\/slipway\//#slipway/}" cat /etc/slipway-image
+    assert_success
+    assert_output "busybox"
+}

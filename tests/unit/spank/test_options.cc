@@ -101,6 +101,19 @@ START_TEST(mounts_parse_and_reject_bad_specs) {
 }
 END_TEST
 
+START_TEST(pyxis_registry_hash_form) {
+  JobOptions o;
+  ck_assert(apply_option(o, OptionId::kContainerImage, "nvcr.io#nvidia/pytorch:24.01-py3").ok());
+  ck_assert_str_eq(o.container_image.c_str(), "nvcr.io/nvidia/pytorch:24.01-py3");
+  ck_assert(apply_option(o, OptionId::kContainerImage, "user@10.77.0.1:5000#slipway/busybox").ok());
+  ck_assert_str_eq(o.container_image.c_str(), "10.77.0.1:5000/slipway/busybox");
+  ck_assert(apply_option(o, OptionId::kContainerImage, "ubuntu:22.04").ok());
+  ck_assert_str_eq(o.container_image.c_str(), "ubuntu:22.04");
+  ck_assert(apply_option(o, OptionId::kContainerImage, "./dir#1/img.tar").ok());  // a path: kept
+  ck_assert_str_eq(o.container_image.c_str(), "./dir#1/img.tar");
+}
+END_TEST
+
 START_TEST(container_name_modes) {
   JobOptions o;
   ck_assert(apply_option(o, OptionId::kContainerName, "pytorch").ok());
@@ -228,6 +241,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, plugstack_rejects_unknown_and_bad_values);
   tcase_add_test(tc, mounts_parse_and_reject_bad_specs);
   tcase_add_test(tc, container_name_modes);
+  tcase_add_test(tc, pyxis_registry_hash_form);
   tcase_add_test(tc, other_values_validated);
   tcase_add_test(tc, contradictory_flags_and_missing_image);
   tcase_add_test(tc, environment_defaults_slipway_then_pyxis);
