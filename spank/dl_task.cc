@@ -55,7 +55,15 @@ Status plan_host_libs(const PluginState& st, const launcher::LdCache& cache,
   n.injection = std::move(*plan);
   auto& inj = n.injection;
   if (inj.errors.empty()) return Status();
-  if (!st.config.host_libs_warn_only) return Status::error(join(inj.errors, "; "), EINVAL);
+  // One line: the first failed check (checks run from the library the set names outwards, so
+  // the first one is the cause: an soname major that differs makes every later one moot).
+  if (!st.config.host_libs_warn_only) {
+    const size_t more = inj.errors.size() - 1;
+    return Status::error(inj.errors.front() + (more ? " (and " + std::to_string(more) +
+                                                          " more failed checks)"
+                                                    : ""),
+                         EINVAL);
+  }
   inj.warnings.insert(inj.warnings.end(), inj.errors.begin(), inj.errors.end());
   inj.errors.clear();
   return Status();

@@ -8,7 +8,12 @@ setup_file() {
     SLIPWAY_BIN=${SLIPWAY_BIN:-$(dirname "$SLIPWAY_PLUGIN_PATH")/../launcher/slipway}
     [[ -x $SLIPWAY_BIN ]] || SLIPWAY_BIN=$REPO_DIR/build/launcher/slipway
     [[ -x $SLIPWAY_BIN ]] || fail "no slipway binary; set SLIPWAY_BIN"
+    # The nodes cannot see a build under /tmp (each has its own): run a copy from the user's home.
+    install -m 0755 -o slwuser "$SLIPWAY_BIN" "$(job_user_home)/slipway-doctor-test"
+    SLIPWAY_BIN=$(job_user_home)/slipway-doctor-test
 }
+
+teardown_file() { rm -f "$(job_user_home)/slipway-doctor-test"; }
 
 SLIPWAY_PLUGIN_PATH=${SLIPWAY_PLUGIN:-$REPO_DIR/build/spank/spank_slipway.so}
 
