@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_util.h"
 #include "image/cache.h"
 #include "image/digest.h"
 #include "image/image_ref.h"
@@ -82,17 +83,7 @@ Status write_all(int fd, const void* data, size_t n, const std::string& what) {
 }
 
 Result<std::string> read_small_file(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return Status::from_errno("open " + path, errno);
-  std::string out;
-  char buf[65536];
-  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::from_errno("read " + path, errno);
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > kMaxSmallFile) return Status::error(path + " is too large", EFBIG);
-  }
-  return out;
+  return read_file_limited(path, kMaxSmallFile);
 }
 
 std::string rfc3339_now() {

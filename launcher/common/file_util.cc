@@ -1,0 +1,25 @@
+// Small file helpers (see file_util.h).
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/unique_fd.h"
+
+namespace slipway::launcher {
+
+Result<std::string> read_file_limited(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return Status::from_errno("open " + path, errno);
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::from_errno("read " + path, errno);
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes) return Status::error(path + " is too large", EFBIG);
+  }
+  return out;
+}
+
+}  // namespace slipway::launcher
