@@ -146,15 +146,16 @@ TaskView task_view(const Prepared& p) {
   return view;
 }
 
-// The child: join, lock down, exec. Never returns.
-[[noreturn]] void exec_in(const ContainerHolder& holder, const Prepared& p,
-                          std::vector<std::string> command) {
+void apply_image_env(const Prepared& p) {
   for (const auto& kv : p.image.config.env) {
     size_t eq = kv.find('=');
     if (eq != std::string::npos && eq > 0 && image_may_set(p.opts, kv.substr(0, eq)))
       setenv(kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
   }
-  auto st = join_container(holder, p.spec, task_view(p));
+}
+
+// Locks down and execs; never returns. `entered` says how getting into the container went.
+[[noreturn]] void exec_command(Status st, const Prepared& p, std::vector<std::string> command) {
   if (st.ok() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     st = Status::from_errno("prctl(PR_SET_NO_NEW_PRIVS)", errno);
   if (st.ok() && p.spec.remap_root) st = install_fake_root_filter();
@@ -164,6 +165,22 @@ TaskView task_view(const Prepared& p) {
   argv.push_back(nullptr);
   execvp(argv[0], argv.data());
   _exit(fail("cannot run '" + command[0] + "' in the container: " + strerror(errno)) + 126);
+}
+
+// The child of a task under srun: join the node's container. Never returns.
+[[noreturn]] void exec_in(const ContainerHolder& holder, const Prepared& p,
+                          std::vector<std::string> command) {
+  apply_image_env(p);
+  exec_command(join_container(holder, p.spec, task_view(p)), p, std::move(command));
+}
+
+// user namespaces refuse a multi-threaded caller (unshare(2), EINVAL).
+bool is_single_threaded() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8)) == 1;
+  return false;
 }
 
 pid_t g_child = -1;
@@ -189,9 +206,17 @@ int cmd_run(std::vector<std::string>& args) {
   auto p = prepare(args, dash);
   // A bad option is a usage error (2); anything else failed while trying (1).
   if (!p.ok()) return fail(p.status().message()) + (p.status().error_number() == EINVAL ? 1 : 0);
-  UniqueFd users;
+  std::vector<std::string> command(args.begin() + static_cast<long>(dash) + 1, args.end());
   const char* job = getenv("SLURM_JOB_ID");
   const char* step = getenv("SLURM_STEP_ID");
+  // Alone, this process becomes the container: no holder, no fork, nothing left behind.
+  if (!(job && step) && is_single_threaded()) {
+    apply_image_env(*p);
+    Status st = build_container(p->spec);
+    if (st.ok()) st = enter_root(p->spec, task_view(*p));
+    exec_command(std::move(st), *p, std::move(command));
+  }
+  UniqueFd users;
   Result<ContainerHolder> holder =
       job && step ? step_holder(*p,
                                 import_options().cache_dir + "/run/" + host_name() + "-" + job +
@@ -199,7 +224,6 @@ int cmd_run(std::vector<std::string>& args) {
                                 users)
                   : start_holder(p->spec);
   if (!holder.ok()) return fail("cannot start the container: " + holder.status().message());
-  std::vector<std::string> command(args.begin() + static_cast<long>(dash) + 1, args.end());
   pid_t child = fork();
   if (child < 0) return fail(std::string("fork: ") + strerror(errno));
   if (child == 0) exec_in(*holder, *p, std::move(command));
