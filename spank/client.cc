@@ -7,6 +7,7 @@
 #include <string>
 
 #include "image/image_ref.h"
+#include "image/manifest_handoff.h"
 #include "image/registry.h"
 #include "log.h"
 #include "plugin_state.h"
@@ -68,14 +69,17 @@ int client_init_post_opt(spank_t) {
   const char* pinned_ref = getenv(kEnvImageRef);
   const char* pinned_digest = getenv(kEnvImageDigest);
   if (pinned_ref && pinned_digest && canonical == pinned_ref) return 0;
-  auto digest = launcher::resolve_digest(*ref, registry_options(st.config));
-  if (!digest.ok()) {
-    log_error(digest.status().message());
+  auto manifest = launcher::resolve_manifest(*ref, registry_options(st.config));
+  if (!manifest.ok()) {
+    log_error(manifest.status().message());
     return -1;
   }
   setenv(kEnvImageRef, canonical.c_str(), 1);
-  setenv(kEnvImageDigest, digest->c_str(), 1);
-  log_verbose("image '" + canonical + "' is " + *digest);
+  setenv(kEnvImageDigest, manifest->digest.c_str(), 1);
+  // The manifest bytes too (small, base64): nodes then make no manifest request at all.
+  setenv(launcher::kManifestHandoffEnv,
+         launcher::encode_manifest_handoff(manifest->body).c_str(), 1);
+  log_verbose("image '" + canonical + "' is " + manifest->digest);
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "image/image_ref.h"
+#include "image/manifest_handoff.h"
 #include "dl_hooks.h"
 #include "log.h"
 #include "plugin_state.h"
@@ -28,13 +29,19 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   auto pinned_digest = job_getenv(sp, kEnvImageDigest);
   if (ref->digest.empty() && pinned_ref && pinned_digest && *pinned_ref == ref->str())
     ref->digest = *pinned_digest;
-
   launcher::ImportOptions opts;
+  // srun's copy of the manifest: import_image uses it only if it hashes to ref->digest.
+  if (auto handoff = job_getenv(sp, launcher::kManifestHandoffEnv); handoff && !ref->digest.empty())
+    if (auto body = launcher::decode_manifest_handoff(*handoff); body.ok()) opts.manifest = *body;
   opts.cache_dir = st.cache_dir;
   opts.registry.insecure_registries = st.config.insecure_registries;
   opts.registry.ca_file = st.config.ca_file;
   std::string creds = home_of(ids.uid) + "/.config/slipway/credentials";
   if (access(creds.c_str(), R_OK) == 0) opts.registry.credentials_file = creds;
+  if (st.first_node)  // progress of a long import (at most a line a second), from one node only
+    opts.progress = [](std::string_view line) {
+      slurm_spank_log("slipway: %.*s", static_cast<int>(line.size()), line.data());
+    };
   return launcher::import_image(*ref, opts);
 }
 

@@ -13,6 +13,9 @@
 
 namespace slipway::launcher::cli {
 int cmd_doctor(std::vector<std::string>& args);  // doctor.cc
+int cmd_images(std::vector<std::string>& args);  // cache_commands.cc
+int cmd_rm(std::vector<std::string>& args);      // cache_commands.cc
+int cmd_gc(std::vector<std::string>& args);      // cache_commands.cc
 namespace {
 
 int cmd_import(std::vector<std::string>& args) {
@@ -41,6 +44,13 @@ constexpr std::array kCommands = {
     Command{"doctor", "doctor [--cache-dir=DIR] [--registry=HOST:PORT] [--host-libs=SPEC]\n"
                       "                   check this node for what containers need; say how to fix it",
             cmd_doctor},
+    Command{"images", "images           list the cached images: digest, size, last use, in use",
+            cmd_images},
+    Command{"rm", "rm IMAGE...      remove images (digest, digest prefix or name) from the cache",
+            cmd_rm},
+    Command{"gc", "gc --keep SIZE   remove least recently used images until the cache fits SIZE",
+            cmd_gc},
+    Command{"help", "help             this text", cmd_help},
 };
 
 int cmd_help(std::vector<std::string>&) {

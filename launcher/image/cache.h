@@ -1,6 +1,7 @@
 // The node cache: content-addressed blobs and unpacked images under one root owned by the user.
 //   <root>/blobs/sha256/<hex>              verified blobs (layers, configs)
-//   <root>/images/<manifest-hex>/          a published image: rootfs/, config.json, manifest.json
+//   <root>/images/<manifest-hex>/          a published image: rootfs/, config.json, manifest.json,
+//                                          name (the reference it was first imported as)
 //   <root>/tmp/                            work in progress (<hex>.<pid>.<rand>, blob-<hex>.<...>)
 //   <root>/locks/<hex>.lock                flock(2) files: importers hold LOCK_EX while working
 // Publishing is one rename(2) of a finished tmp/ directory, so readers need no lock: what exists
@@ -64,6 +65,7 @@ struct CachedImage {
   uint64_t bytes = 0;           // disk use of the unpacked rootfs (hard links counted once)
   int64_t last_use = 0;         // seconds since the epoch: last import_image() that returned it
   bool in_use = false;          // a running step holds images/<hex>/.inuse
+  std::string name;             // the reference it was first imported as (images/<hex>/name)
 };
 
 // Published images, least recently used first.
@@ -85,6 +87,16 @@ struct GcResult {
 // Removes least-recently-used images not in use until the rest fits in KEEP_BYTES, then blobs
 // no image references and leftovers of dead importers in tmp/.
 Result<GcResult> gc_images(const NodeCache& cache, uint64_t keep_bytes);
+
+// The published image TEXT names, for `slipway rm`: a digest ("sha256:<hex>"), a unique prefix
+// of at least 6 hex digits, or the reference it was imported as (CANONICAL: the same text
+// normalised by parse_image_ref, e.g. "busybox" -> "registry-1.docker.io/library/busybox:latest").
+// ENOENT when nothing matches, EINVAL when several do.
+Result<std::string> find_image(const NodeCache& cache, std::string_view text,
+                               std::string_view canonical = {});
+
+// "10G", "500M", "1.5T", "4096", "0": bytes (binary units K, M, G, T; an optional "i"/"iB"/"B").
+Result<uint64_t> parse_size(std::string_view text);
 
 // 16 random hex characters (getrandom).
 std::string random_suffix();

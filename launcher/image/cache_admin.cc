@@ -11,9 +11,11 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,17 @@ Result<std::vector<std::string>> list_dir(const std::string& path) {
     if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.push_back(e->d_name);
   ::closedir(d);
   return names;
+}
+
+// The first line of IMAGE_DIR/name ("" for images published before names were kept).
+std::string read_name(const std::string& image_dir) {
+  int fd = ::open((image_dir + "/name").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return "";
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  std::string name(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  return name.substr(0, name.find('\n'));
 }
 
 bool is_in_use(const std::string& image_dir) {
@@ -169,6 +182,7 @@ Result<std::vector<CachedImage>> list_images(const NodeCache& cache) {
       ::close(fd);
     }
     img.in_use = is_in_use(dir);
+    img.name = read_name(dir);
     out.push_back(std::move(img));
   }
   std::sort(out.begin(), out.end(),
@@ -187,6 +201,54 @@ Result<FileLock> mark_in_use(const NodeCache& cache, std::string_view digest) {
   if (::access((dir + "/config.json").c_str(), F_OK) == -1)
     return Status::error("image " + std::string(digest) + " was removed from the cache", ENOENT);
   return lock;
+}
+
+Result<std::string> find_image(const NodeCache& cache, std::string_view text,
+                               std::string_view canonical) {
+  if (is_valid_digest(text)) return std::string(text);
+  auto images = list_images(cache);
+  SLIPWAY_TRY(images);
+  std::string_view hex = text.substr(0, 7) == "sha256:" ? text.substr(7) : text;
+  bool is_prefix = hex.size() >= 6 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
+  std::vector<std::string> found;
+  for (const auto& img : *images) {
+    bool by_digest = is_prefix && img.manifest_digest.compare(7, hex.size(), hex) == 0;
+    bool by_name = !img.name.empty() && (img.name == text || img.name == canonical);
+    if (by_digest || by_name) found.push_back(img.manifest_digest);
+  }
+  if (found.size() == 1) return found[0];
+  if (found.empty())
+    return Status::error("no image '" + std::string(text) + "' in the cache " + cache.root() +
+                             "; see 'slipway images'", ENOENT);
+  return Status::error("'" + std::string(text) + "' matches " + std::to_string(found.size()) +
+                           " cached images; give the digest (see 'slipway images')", EINVAL);
+}
+
+Result<uint64_t> parse_size(std::string_view text) {
+  const Status bad = Status::error("bad size '" + std::string(text) +
+                                   "'; write a number with an optional unit, e.g. 500M or 20G",
+                                   EINVAL);
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0 || i > 20) return bad;
+  char* end = nullptr;
+  std::string number(text.substr(0, i));
+  double value = std::strtod(number.c_str(), &end);
+  if (end != number.c_str() + number.size()) return bad;
+  std::string_view unit = text.substr(i);
+  int shift = 0;
+  if (!unit.empty()) {
+    static constexpr std::string_view kUnits = "KMGT";
+    size_t u = kUnits.find(static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0]))));
+    if (u == std::string_view::npos && unit != "B") return bad;
+    if (u != std::string_view::npos) shift = 10 * static_cast<int>(u + 1);
+    std::string_view rest = unit.substr(1);
+    if (u != std::string_view::npos && rest != "" && rest != "B" && rest != "i" && rest != "iB")
+      return bad;
+  }
+  double bytes = value * static_cast<double>(uint64_t{1} << shift);
+  if (bytes >= 1.8e19) return bad;
+  return static_cast<uint64_t>(bytes);
 }
 
 Status remove_image(const NodeCache& cache, std::string_view digest) {

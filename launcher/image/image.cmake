@@ -10,8 +10,11 @@ target_sources(slipway_launcher PRIVATE
   image/http.cc
   image/image_ref.cc
   image/import.cc
+  image/import_build.cc
+  image/import_local.cc
   image/layer.cc
   image/manifest.cc
+  image/manifest_handoff.cc
   image/registry.cc
   image/registry_auth.cc)
 target_link_libraries(slipway_launcher PRIVATE PkgConfig::ISAL)

@@ -23,6 +23,11 @@ struct ImportOptions {
   RegistryOptions registry;
   uint64_t max_unpacked_bytes = 64ull << 30;  // decompression-bomb limit per image
   std::function<void(std::string_view line)> progress;  // optional, at most one call per second
+  // The bytes of the manifest REF.digest names, fetched once per job by srun and handed to every
+  // node (manifest_handoff.h): used instead of a manifest request when their sha256 is
+  // REF.digest, ignored otherwise. Empty: fetch the manifest if the image is not cached.
+  std::string manifest;
+  size_t parallel_downloads = 4;  // layer blobs fetched at once (each on its own connection)
 };
 
 struct ImportedImage {
@@ -33,7 +38,10 @@ struct ImportedImage {
 };
 
 // REF.digest may be set already (the plugin resolves it once per job): then a cached image costs
-// no request at all, and an uncached one no manifest-by-tag request.
+// no request at all, and an uncached one no manifest-by-tag request (none at all with
+// OPTS.manifest). Local references (archives, OCI layouts) are read as the calling user; their
+// digest is the digest of the image manifest (for a docker-archive: of the OCI manifest made
+// from its config and layer diff_ids).
 Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opts);
 
 // The published image MANIFEST_DIGEST in the cache, if it is there (no lock, no network).

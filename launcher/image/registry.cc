@@ -79,7 +79,13 @@ std::string RegistryClient::base_url() const {
   return (http ? "http://" : "https://") + ref_.registry + "/v2/" + ref_.repository;
 }
 
-Status RegistryClient::transport_error(const Status& why) const {
+Status RegistryClient::transport_error(const Status& why, TransportError kind) const {
+  if (kind == TransportError::kTls)
+    return Status::error("TLS connection to registry " + ref_.registry + " failed: " +
+                             why.message() + "; if the registry's certificate comes from a "
+                             "private CA, give that CA as ca_file (plugstack.conf) or "
+                             "SLIPWAY_CA_FILE",
+                         EPROTO);
   return Status::error("cannot reach registry " + ref_.registry + ": " + why.message() +
                            "; check the address and that the registry is up",
                        why.error_number() ? why.error_number() : EIO);
@@ -129,7 +135,7 @@ Result<HttpResponse> RegistryClient::get(const std::string& path,
         std::this_thread::sleep_for(backoff(attempt, ""));
         continue;
       }
-      return transport_error(resp.status());
+      return transport_error(resp.status(), kind);
     }
     if (resp->status == 401 && !authed_here) {
       authed_here = true;
@@ -181,7 +187,7 @@ Status RegistryClient::fetch_token(const AuthChallenge& c) {
   HttpRequest req{url, {}, creds_user_, creds_password_};
   TransportError kind;
   auto resp = http_->perform(req, nullptr, &kind, 1 << 20);
-  if (!resp.ok()) return transport_error(resp.status()).context("token server");
+  if (!resp.ok()) return transport_error(resp.status(), kind).context("token server");
   if (resp->status != 200) return http_error(resp->status == 403 ? 401 : resp->status, "token for");
   auto j = nlohmann::json::parse(resp->body, nullptr, false);
   std::string token;
@@ -303,6 +309,13 @@ Result<std::string> resolve_digest(const ImageRef& ref, const RegistryOptions& o
   auto m = client.fetch_platform_manifest(/*want_body=*/false);
   SLIPWAY_TRY(m);
   return m->digest;
+}
+
+Result<FetchedManifest> resolve_manifest(const ImageRef& ref, const RegistryOptions& opts) {
+  if (ref.kind != ImageRef::Kind::kRegistry)
+    return Status::error("image '" + ref.str() + "' is a local file, not a registry image", EINVAL);
+  RegistryClient client(ref, opts);
+  return client.fetch_platform_manifest(/*want_body=*/true);
 }
 
 }  // namespace slipway::launcher

@@ -32,8 +32,13 @@ struct FetchedManifest {
   ManifestKind kind = ManifestKind::kManifest;
 };
 
+// The image manifest that will be run, with its bytes (srun hands them to the nodes: see
+// manifest_handoff.h). One request; two for an index (the index, then its linux/amd64 entry).
+Result<FetchedManifest> resolve_manifest(const ImageRef& ref, const RegistryOptions& opts);
+
 class HttpClient;
 struct HttpResponse;
+enum class TransportError;
 struct AuthChallenge;
 
 // One client per image (and per thread: it owns a curl handle). Not thread-safe.
@@ -65,7 +70,7 @@ class RegistryClient {
   Status authenticate(const HttpResponse& challenge);
   Status fetch_token(const AuthChallenge& c);
   Status http_error(long status, const std::string& what) const;
-  Status transport_error(const Status& why) const;
+  Status transport_error(const Status& why, TransportError kind) const;
   std::string base_url() const;
 
   ImageRef ref_;

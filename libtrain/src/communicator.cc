@@ -127,6 +127,13 @@ CommunicatorOptions CommunicatorOptions::from_env() {
     o.shm_chunk_bytes = n;
   }
   if (const char* v = std::getenv("LIBTRAIN_SHM_ONE_PHASE")) o.shm_one_phase_bytes = std::strtoull(v, nullptr, 10);
+  if (const char* v = std::getenv("LIBTRAIN_CMA_MIN")) {
+    char* end = nullptr;
+    o.cma_min_bytes = std::strtoull(v, &end, 10);
+    if (!*v || *end)
+      throw InvalidArgument(std::string("libtrain: LIBTRAIN_CMA_MIN='") + v +
+                            "' must be a byte count (0 turns cross-memory attach off)");
+  }
   return o;
 }
 

@@ -67,7 +67,7 @@ void Communicator::Engine::connect(Store& store) {
   if (ring_) ring_->connect(store);
   if (shm_) {
     shm_->set_one_phase_bytes(opts_.shm_one_phase_bytes);
-    shm_->wait_attached();
+    shm_->wait_attached(opts_.cma_min_bytes);
   }
 }
 

@@ -6,14 +6,17 @@
 // Slot reuse: chunk c writes buffer c%2 only after passing the first barrier of chunk c-1, which
 // every rank reaches only after it finished reading chunk c-2 (the same buffer). The op-header
 // check rides on the first barrier of each collective, so small collectives cost one barrier.
+// Large ones use cross-memory attach when the node allows it (see allreduce_cma).
 #include "shm_group.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +39,8 @@ constexpr int kMaxLocal = 512;
 constexpr int kSpins = 4000;
 constexpr long kSleepNs = 20'000'000;
 constexpr size_t kAlign = 4096;
+constexpr uint64_t kProbe = 0x4c54434d41505242;  // what a CMA probe must read back
+constexpr size_t kCmaChunk = 256 * 1024;          // bytes per peer read: the chunks stay in L2
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -71,11 +76,16 @@ void split(size_t n, int parts, int i, size_t& begin, size_t& end) {
 struct ShmGroup::Header {
   alignas(64) std::atomic<uint32_t> arrived;
   alignas(64) std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> sleepers;  // ranks in FUTEX_WAIT on generation: no syscall to wake nobody
   alignas(64) std::atomic<uint32_t> attached;
   std::atomic<uint32_t> aborted;
   char abort_msg[512];
   pid_t pids[kMaxLocal];
   OpHeader ops[2][kMaxLocal];  // indexed by seq parity: a fast rank never overwrites a live one
+  // CMA: each rank's buffer for the current collective, written before its first barrier and
+  // read by peers only between that barrier and the last one, so one entry per rank suffices.
+  uint64_t addrs[kMaxLocal];
+  uint8_t cma_ok[kMaxLocal];
 };
 
 std::string describe(const OpHeader& h) {
@@ -124,7 +134,7 @@ uint8_t* ShmGroup::slot(int rank, int buf) const {
   return base_ + slot_bytes_ * static_cast<size_t>(2 * rank + buf);
 }
 
-void ShmGroup::wait_attached() {
+void ShmGroup::wait_attached(size_t cma_min_bytes) {
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
   uint32_t n;
   while ((n = hdr_->attached.load()) < static_cast<uint32_t>(size_)) {
@@ -136,6 +146,56 @@ void ShmGroup::wait_attached() {
   if (owner_) {
     ::shm_unlink(name_.c_str());
     name_.clear();
+  }
+  cma_min_bytes_ = cma_min_bytes;
+  probe_cma(cma_min_bytes > 0);
+}
+
+// Every rank reads a known word from every peer; CMA is used only if all of them could (the
+// choice must be the same on every rank, or their barriers would not pair up). It needs the
+// same user namespace and uid, a dumpable process (execve makes it so), no seccomp rule against
+// process_vm_readv, and under Yama ptrace_scope=1 the PR_SET_PTRACER_ANY below (as OpenMPI's
+// vader does), which lets processes of the same user read this one.
+void ShmGroup::probe_cma(bool wanted) {
+  static const volatile uint64_t probe = kProbe;
+  if (wanted) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // EINVAL without Yama: fine
+  publish_address(const_cast<const uint64_t*>(&probe));
+  barrier();
+  bool ok = wanted;
+  for (int j = 0; j < size_ && ok; ++j) {
+    uint64_t got = 0;
+    iovec local{&got, sizeof(got)}, remote{reinterpret_cast<void*>(hdr_->addrs[j]), sizeof(got)};
+    ok = j == rank_ || (::process_vm_readv(hdr_->pids[j], &local, 1, &remote, 1, 0) ==
+                            static_cast<ssize_t>(sizeof(got)) && got == kProbe);
+  }
+  hdr_->cma_ok[rank_] = ok ? 1 : 0;
+  barrier();
+  use_cma_ = true;
+  for (int j = 0; j < size_; ++j) use_cma_ = use_cma_ && hdr_->cma_ok[j];
+  barrier();  // nobody publishes a collective's address while a peer still reads cma_ok
+}
+
+void ShmGroup::publish_address(const void* p) {
+  hdr_->addrs[rank_] = reinterpret_cast<uint64_t>(p);
+}
+
+// Copies `bytes` from `remote` in local rank `peer`'s memory; the kernel checks the range, so a
+// wrong address fails with EFAULT instead of corrupting anything.
+void ShmGroup::read_peer(int peer, uint64_t remote, void* local, size_t bytes) {
+  auto* dst = static_cast<uint8_t*>(local);
+  for (size_t done = 0; done < bytes;) {
+    iovec l{dst + done, bytes - done}, r{reinterpret_cast<void*>(remote + done), bytes - done};
+    ssize_t n = ::process_vm_readv(hdr_->pids[peer], &l, 1, &r, 1, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == ESRCH)
+      throw PeerError("libtrain: local rank " + std::to_string(peer) + " (pid " +
+                      std::to_string(hdr_->pids[peer]) + ") died during a collective");
+    check_peers();  // an abort or a death explains the failure better than errno
+    LIBTRAIN_SYS(-1, "process_vm_readv from local rank " + std::to_string(peer));
   }
 }
 
@@ -180,7 +240,12 @@ void ShmGroup::wait_generation(uint32_t gen) {
     if (Clock::now() >= deadline)
       throw TimeoutError("libtrain: local ranks did not reach the same collective within "
                          "LIBTRAIN_TIMEOUT; a peer hung or stopped calling collectives");
+    // Dekker pairing with barrier(): I publish sleepers then re-read generation (inside
+    // FUTEX_WAIT, atomically); the last arriver publishes generation then reads sleepers. With
+    // seq_cst one of us sees the other, so a wake-up is never lost.
+    hdr_->sleepers.fetch_add(1);
     futex_wait(&hdr_->generation, gen, kSleepNs);
+    hdr_->sleepers.fetch_sub(1);
   }
 }
 
@@ -189,8 +254,8 @@ void ShmGroup::barrier() {
   uint32_t gen = hdr_->generation.load(std::memory_order_acquire);
   if (hdr_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(size_)) {
     hdr_->arrived.store(0, std::memory_order_relaxed);
-    hdr_->generation.fetch_add(1, std::memory_order_release);
-    futex_wake_all(&hdr_->generation);
+    hdr_->generation.fetch_add(1);
+    if (hdr_->sleepers.load()) futex_wake_all(&hdr_->generation);
   } else {
     wait_generation(gen);
   }
@@ -217,7 +282,41 @@ void ShmGroup::check_headers() {
                           describe(table[i]));
 }
 
+// CMA allreduce, 3 barriers whatever the size: (1) buffers published; each rank reduces its 1/n
+// slice, reading the peers' inputs chunk by chunk into scratch and reducing them with its own
+// into its own buffer; (2) every slice final in its owner's buffer; each rank reads the n-1
+// other slices straight into its buffer; (3) nobody reads my buffer any more, I may return.
+// Per rank that moves ~2.5 S bytes (2 ranks) instead of ~5.5 S through the slots.
+void ShmGroup::allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp op) {
+  size_t esize = dtype_size(dtype), chunk = std::max<size_t>(kCmaChunk / esize, 1);
+  auto* mine = static_cast<uint8_t*>(data);
+  scratch_.resize(chunk * esize * static_cast<size_t>(size_ - 1));
+  const void* inputs[kMaxLocal];
+  publish_address(data);
+  barrier();
+  size_t b, e;
+  split(count, size_, rank_, b, e);
+  for (size_t off = b; off < e; off += chunk) {
+    size_t len = std::min(chunk, e - off);
+    inputs[0] = mine + off * esize;
+    for (int j = 0, k = 1; j < size_; ++j) {
+      if (j == rank_) continue;
+      uint8_t* buf = scratch_.data() + static_cast<size_t>(k - 1) * chunk * esize;
+      read_peer(j, hdr_->addrs[j] + off * esize, buf, len * esize);
+      inputs[k++] = buf;
+    }
+    reduce_many(mine + off * esize, inputs, size_, len, dtype, op);
+  }
+  barrier();
+  for (int j = 0; j < size_; ++j) {
+    split(count, size_, j, b, e);
+    if (j != rank_ && e > b) read_peer(j, hdr_->addrs[j] + b * esize, mine + b * esize, (e - b) * esize);
+  }
+  barrier();
+}
+
 void ShmGroup::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  if (is_cma(count * dtype_size(dtype))) return allreduce_cma(data, count, dtype, op);
   size_t esize = dtype_size(dtype), chunk = slot_bytes_ / esize;
   auto* bytes = static_cast<uint8_t*>(data);
   const void* inputs[kMaxLocal];
@@ -244,6 +343,13 @@ void ShmGroup::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) 
 }
 
 void ShmGroup::broadcast(void* data, size_t bytes, int root) {
+  if (is_cma(bytes)) {  // everyone reads root's buffer: one copy, 2 barriers
+    publish_address(data);
+    barrier();
+    if (rank_ != root) read_peer(root, hdr_->addrs[root], data, bytes);
+    barrier();
+    return;
+  }
   auto* p = static_cast<uint8_t*>(data);
   for (size_t off = 0; off < bytes; off += slot_bytes_) {
     size_t len = std::min(slot_bytes_, bytes - off);
@@ -257,6 +363,17 @@ void ShmGroup::broadcast(void* data, size_t bytes, int root) {
 void ShmGroup::allgather(const void* in, void* out, size_t bytes) {
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
+  if (is_cma(bytes * static_cast<size_t>(size_))) {  // everyone reads every peer's input
+    publish_address(in);
+    barrier();
+    for (int j = 0; j < size_; ++j) {
+      uint8_t* to = dst + static_cast<size_t>(j) * bytes;
+      if (j != rank_) read_peer(j, hdr_->addrs[j], to, bytes);
+      else if (to != src) std::memmove(to, src, bytes);
+    }
+    barrier();
+    return;
+  }
   for (size_t off = 0; off < bytes; off += slot_bytes_) {
     size_t len = std::min(slot_bytes_, bytes - off);
     int buf = next_buffer();

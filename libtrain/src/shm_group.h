@@ -1,11 +1,14 @@
 // ShmGroup: the ranks of one node and the shared-memory segment they use for collectives.
 // One POSIX shm segment per communicator: a header (barrier, abort flag, per-rank op headers,
-// pids) and per rank two slots (double buffering lets chunk k+1 fill while chunk k drains).
+// pids, buffer addresses) and per rank two slots (double buffering lets chunk k+1 fill while
+// chunk k drains). Large collectives skip the slots: with cross-memory attach (CMA,
+// process_vm_readv(2)) each rank reads its peers' buffers directly, one copy instead of three.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "libtrain/store.h"
 #include "libtrain/types.h"
@@ -35,8 +38,10 @@ class ShmGroup {
   ShmGroup& operator=(const ShmGroup&) = delete;
 
   // Waits until every local rank has mapped the segment, then the leader unlinks its name so a
-  // crash leaves nothing behind in /dev/shm.
-  void wait_attached();
+  // crash leaves nothing behind in /dev/shm. Then every rank probes CMA to every peer (when
+  // `cma_min_bytes` > 0); collectives of at least that many bytes use it when all ranks can.
+  void wait_attached(size_t cma_min_bytes = 0);
+  bool uses_cma() const { return use_cma_; }
 
   // Publishes my header; the next barrier() checks every rank's and throws MismatchError (on
   // every rank) when any differs. finish() runs that barrier if the collective moved no data.
@@ -62,6 +67,11 @@ class ShmGroup {
   void wait_generation(uint32_t gen);
   void check_peers();
   void check_headers();
+  void probe_cma(bool wanted);
+  void read_peer(int peer, uint64_t remote, void* local, size_t bytes);
+  bool is_cma(size_t bytes) const { return use_cma_ && bytes >= cma_min_bytes_; }
+  void publish_address(const void* p);
+  void allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp op);
   int next_buffer() { return static_cast<int>(chunk_seq_++ & 1); }
 
   Header* hdr_ = nullptr;
@@ -75,6 +85,9 @@ class ShmGroup {
   uint64_t chunk_seq_ = 0;  // slots alternate across chunks *and* collectives (see shm_group.cc)
   const OpHeader* pending_ = nullptr;
   size_t one_phase_bytes_ = 64 * 1024;
+  bool use_cma_ = false;
+  size_t cma_min_bytes_ = 0;
+  std::vector<uint8_t> scratch_;  // CMA: peers' chunks, read here and reduced into mine
 };
 
 }  // namespace libtrain::detail

@@ -18,8 +18,12 @@ class Timeline;
 
 struct CommunicatorOptions {
   Seconds timeout{300.0};            // LIBTRAIN_TIMEOUT: no wait lasts longer
-  size_t shm_chunk_bytes = 256 << 10;  // LIBTRAIN_SHM_CHUNK: per-rank slot (L2-sized pipeline chunk)
+  size_t shm_chunk_bytes = 1 << 20;  // LIBTRAIN_SHM_CHUNK: per-rank slot (pipeline chunk); 1 MiB
+                                     // stays in L2/L3 and halves the barriers of 256 KiB chunks
   size_t shm_one_phase_bytes = 64 << 10;  // LIBTRAIN_SHM_ONE_PHASE: chunks up to this take 1 barrier
+  size_t cma_min_bytes = 0;  // LIBTRAIN_CMA_MIN: in-node collectives from this size read peers'
+                             // buffers with process_vm_readv; 0 = never (the default: slower
+                             // than the cache-resident slots where measured, bench/allreduce)
   std::string prefix = "libtrain";   // store namespace; distinct per communicator sharing a store
   std::shared_ptr<Timeline> timeline;  // LIBTRAIN_TIMELINE: records every collective when set
   static CommunicatorOptions from_env();

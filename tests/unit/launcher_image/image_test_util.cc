@@ -155,3 +155,12 @@ void remove_all(const std::string& path) {
   (void)slipway::launcher::remove_tree_at(fd, path.c_str() + 1);
   close(fd);
 }
+
+int count_entries(const std::string& path) {
+  DIR* d = opendir(path.c_str());
+  if (!d) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d)) n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  closedir(d);
+  return n;
+}

@@ -47,3 +47,5 @@ bool path_exists(const std::string& path);  // lstat
 mode_t path_mode(const std::string& path);  // lstat st_mode, 0 if missing
 void write_text(const std::string& path, const std::string& data);
 void remove_all(const std::string& path);
+// Entries of directory PATH, without . and .. (-1 if it cannot be read).
+int count_entries(const std::string& path);

@@ -92,12 +92,55 @@ START_TEST(cache_must_be_ours) {
 }
 END_TEST
 
+
+START_TEST(find_image_by_digest_prefix_or_name) {
+  Sandbox sb;
+  NodeCache c(sb.root + "/cache");
+  ck_assert(c.ensure_layout().ok());
+  publish(c, 'a', 10, '1', 1000);
+  publish(c, 'b', 10, '2', 2000);
+  write_text(c.image_dir("sha256:" + hex('a')) + "/name", "reg:5000/x/busybox:latest\n");
+  ck_assert(*find_image(c, "sha256:" + hex('b')) == "sha256:" + hex('b'));
+  ck_assert(*find_image(c, "aaaaaa") == "sha256:" + hex('a'));
+  ck_assert(*find_image(c, "sha256:bbbbbbbb") == "sha256:" + hex('b'));
+  ck_assert(*find_image(c, "x/busybox", "reg:5000/x/busybox:latest") == "sha256:" + hex('a'));
+  ck_assert(list_images(c)->back().name == "reg:5000/x/busybox:latest" ||
+            list_images(c)->front().name == "reg:5000/x/busybox:latest");
+  ck_assert_int_eq(find_image(c, "aaa").status().error_number(), ENOENT);  // too short a prefix
+  ck_assert_int_eq(find_image(c, "cccccc").status().error_number(), ENOENT);
+  publish(c, 'e', 10, '3', 3000);
+  std::string e2 = "sha256:" + std::string(63, 'e') + "f";
+  mkdir(c.image_dir(e2).c_str(), 0700);
+  write_text(c.image_dir(e2) + "/config.json", "{}");
+  Result<std::string> two = find_image(c, "eeeeee");
+  ck_assert(!two.ok() && two.status().error_number() == EINVAL);
+  ck_assert_msg(two.status().message().find("matches 2 cached images") != std::string::npos, "%s",
+                two.status().message().c_str());
+}
+END_TEST
+
+START_TEST(sizes) {
+  ck_assert_uint_eq(*parse_size("0"), 0);
+  ck_assert_uint_eq(*parse_size("4096"), 4096);
+  ck_assert_uint_eq(*parse_size("10K"), 10240);
+  ck_assert_uint_eq(*parse_size("500M"), 500ull << 20);
+  ck_assert_uint_eq(*parse_size("20G"), 20ull << 30);
+  ck_assert_uint_eq(*parse_size("20GiB"), 20ull << 30);
+  ck_assert_uint_eq(*parse_size("1.5T"), 3ull << 39);
+  ck_assert_uint_eq(*parse_size("7g"), 7ull << 30);
+  for (const char* bad : {"", "G", "-1", "10X", "10GG", "1e3", "99999999999999999999999T"})
+    ck_assert_msg(!parse_size(bad).ok(), "'%s' parsed", bad);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("cache");
   TCase* tc = tcase_create("admin");
   tcase_add_test(tc, list_rm_and_in_use);
   tcase_add_test(tc, gc_keeps_recent_and_in_use);
   tcase_add_test(tc, cache_must_be_ours);
+  tcase_add_test(tc, find_image_by_digest_prefix_or_name);
+  tcase_add_test(tc, sizes);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -10,6 +10,7 @@
 
 #include "image/digest.h"
 #include "image/import.h"
+#include "image/manifest_handoff.h"
 #include "image/registry.h"
 #include "image_test_util.h"
 #include "test_registry.h"
@@ -255,6 +256,82 @@ START_TEST(basic_auth_with_and_without_credentials) {
 }
 END_TEST
 
+
+START_TEST(handed_off_manifest_means_no_manifest_request) {
+  Env env;
+  SKIP_WITHOUT_REGISTRY(env);
+  std::string digest = env.push_two_layers("hand/off");
+  auto fm = resolve_manifest(env.ref("hand/off:v1"), env.options().registry);  // srun's request
+  ck_assert_msg(fm.ok(), "%s", fm.status().message().c_str());
+  ASSERT_SAME_STR(fm->digest, digest);
+  auto body = decode_manifest_handoff(encode_manifest_handoff(fm->body));  // through the env
+  ck_assert(body.ok());
+  ImageRef pinned = env.ref("hand/off:v1");
+  pinned.digest = digest;
+  ImportOptions o = env.options();
+  o.manifest = *body;
+  int before = env.reg->count_requests("/manifests/");
+  auto img = import_image(pinned, o);
+  ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+  ck_assert(!img->was_cached);
+  ASSERT_SAME_STR(read_text(img->rootfs + "/w/new"), "n");
+  ck_assert_int_eq(env.reg->count_requests("/manifests/"), before);
+  // Bytes that are not the pinned manifest are ignored: the node asks the registry.
+  ImportOptions lying = env.options();
+  lying.cache_dir += "-2";
+  lying.manifest = R"({"schemaVersion":2,"config":{},"layers":[]})";
+  auto again = import_image(pinned, lying);
+  ck_assert_msg(again.ok(), "%s", again.status().message().c_str());
+  ASSERT_SAME_STR(again->manifest_digest, digest);
+  ck_assert_int_eq(env.reg->count_requests("/manifests/"), before + 1);
+}
+END_TEST
+
+START_TEST(many_layers_fetched_in_parallel_apply_in_order) {
+  Env env;
+  SKIP_WITHOUT_REGISTRY(env);
+  std::vector<std::string> layers;
+  for (int i = 0; i < 7; ++i)  // each layer rewrites "top" and whiteouts the previous marker
+    layers.push_back(TarBuilder(TarBuilder::Compression::kGzip)
+                         .file("top", "layer " + std::to_string(i))
+                         .file("m" + std::to_string(i), std::string(300000 * (i + 1), 'x'))
+                         .file(i ? ".wh.m" + std::to_string(i - 1) : "first", "")
+                         .finish());
+  std::string digest = env.reg->push_image("par/img", "v1", kConfig, layers);
+  ImportOptions o = env.options();
+  o.parallel_downloads = 4;
+  int lines = 0;
+  o.progress = [&](std::string_view) { ++lines; };
+  auto img = import_image(env.ref("par/img:v1"), o);
+  ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+  ASSERT_SAME_STR(read_text(img->rootfs + "/top"), "layer 6");
+  for (int i = 0; i < 6; ++i) ck_assert(!path_exists(img->rootfs + "/m" + std::to_string(i)));
+  ck_assert_int_eq(read_text(img->rootfs + "/m6").size(), 300000 * 7);
+  for (const auto& l : layers) ck_assert_int_eq(env.reg->count_requests("/blobs/" + sha256_digest(l)), 1);
+  ck_assert_int_le(lines, 2);  // none in the first second, then at most one a second
+  ck_assert_int_eq(count_entries(o.cache_dir + "/tmp"), 0);
+}
+END_TEST
+
+START_TEST(failed_layer_download_publishes_nothing) {
+  Env env;
+  SKIP_WITHOUT_REGISTRY(env);
+  std::string l1 = TarBuilder(TarBuilder::Compression::kGzip).file("a", "1").finish();
+  std::string l2 = TarBuilder(TarBuilder::Compression::kGzip).file("b", "2").finish();
+  std::string digest = env.reg->push_image("gone/blob", "v1", kConfig, {l1, l2});
+  std::string hex = digest_hex(sha256_digest(l2));
+  remove_all(env.reg->storage() + "/docker/registry/v2/blobs/sha256/" + hex.substr(0, 2) + "/" + hex);
+  auto img = import_image(env.ref("gone/blob:v1"), env.options());
+  ck_assert(!img.ok());
+  ck_assert_msg(img.status().message().find("blob " + sha256_digest(l2)) != std::string::npos,
+                "%s", img.status().message().c_str());
+  std::string cache = env.options().cache_dir;
+  ck_assert(!path_exists(cache + "/images/" + digest_hex(digest)));
+  ck_assert(!path_exists(cache + "/blobs/sha256/" + hex));
+  ck_assert(env.sb.surroundings_intact());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("import");
   TCase* tc = tcase_create("registry");
@@ -267,6 +344,9 @@ Suite* make_suite(void) {
   tcase_add_test(tc, hostile_layer_fails_import_cleanly);
   tcase_add_test(tc, concurrent_importers_do_one_import);
   tcase_add_test(tc, basic_auth_with_and_without_credentials);
+  tcase_add_test(tc, handed_off_manifest_means_no_manifest_request);
+  tcase_add_test(tc, many_layers_fetched_in_parallel_apply_in_order);
+  tcase_add_test(tc, failed_layer_download_publishes_nothing);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "image/manifest.h"
+#include "image/manifest_handoff.h"
 #include "image/registry_auth.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
 #include "check_main.h"
@@ -127,6 +128,25 @@ START_TEST(credentials_file) {
 }
 END_TEST
 
+
+START_TEST(manifest_handoff_base64) {
+  for (std::string body : {std::string("a"), std::string("ab"), std::string("abc"),
+                           std::string("{\"schemaVersion\":2}"), std::string("\0\xff\x10", 3)}) {
+    std::string enc = encode_manifest_handoff(body);
+    ck_assert_int_eq(enc.size() % 4, 0);
+    auto dec = decode_manifest_handoff(enc);
+    ck_assert(dec.ok() && *dec == body);
+  }
+  ck_assert_str_eq(encode_manifest_handoff("hello").c_str(), "aGVsbG8=");
+  ck_assert(encode_manifest_handoff("").empty());
+  ck_assert(encode_manifest_handoff(std::string(kMaxHandoffBytes + 1, 'x')).empty());
+  ck_assert(!encode_manifest_handoff(std::string(kMaxHandoffBytes, 'x')).empty());
+  for (const char* bad : {"aGVsbG8", "aGV=bG8=", "a===", "aGVs*G8=", "=AAA"})
+    ck_assert_msg(!decode_manifest_handoff(bad).ok(), "%s decoded", bad);
+  ck_assert(!decode_manifest_handoff(std::string((kMaxHandoffBytes / 3 + 8) * 4, 'A')).ok());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("manifest");
   TCase* tc = tcase_create("parse");
@@ -136,6 +156,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, image_config);
   tcase_add_test(tc, www_authenticate);
   tcase_add_test(tc, credentials_file);
+  tcase_add_test(tc, manifest_handoff_base64);
   suite_add_tcase(s, tc);
   return s;
 }

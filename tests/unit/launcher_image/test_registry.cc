@@ -48,7 +48,8 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-TestRegistry::TestRegistry(const std::string& workdir, const std::string& htpasswd) {
+TestRegistry::TestRegistry(const std::string& workdir, const std::string& htpasswd,
+                           const std::string& tls_cert, const std::string& tls_key) {
   if (access("/usr/bin/docker-registry", X_OK) != 0) return;
   dir_ = workdir;
   port_ = free_port();
@@ -56,6 +57,10 @@ TestRegistry::TestRegistry(const std::string& workdir, const std::string& htpass
   cfg << "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n"
       << "storage:\n  filesystem:\n    rootdirectory: " << storage() << "\n"
       << "http:\n  addr: 127.0.0.1:" << port_ << "\n";
+  if (!tls_cert.empty()) {
+    cfg << "  tls:\n    certificate: " << tls_cert << "\n    key: " << tls_key << "\n";
+    scheme_ = "https";
+  }
   if (!htpasswd.empty()) cfg << "auth:\n  htpasswd:\n    realm: test\n    path: " << htpasswd << "\n";
   cfg.close();
   pid_ = fork();
@@ -70,7 +75,7 @@ TestRegistry::TestRegistry(const std::string& workdir, const std::string& htpass
   }
   for (int i = 0; i < 200; ++i) {  // up to 10 s
     long status = 0;
-    request("GET", "http://" + host() + "/v2/", "", "", &status, nullptr);
+    request("GET", url("/v2/"), "", "", &status, nullptr);
     if (status == 200 || status == 401) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -105,6 +110,7 @@ std::string TestRegistry::request(const std::string& method, const std::string& 
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &loc);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);  // the harness's own pushes; clients verify
   if (!user_.empty()) {
     curl_easy_setopt(c, CURLOPT_USERNAME, user_.c_str());
     curl_easy_setopt(c, CURLOPT_PASSWORD, pass_.c_str());
@@ -125,9 +131,9 @@ std::string TestRegistry::push_blob(const std::string& repo, const std::string& 
   std::string digest = slipway::launcher::sha256_digest(data);
   long st = 0;
   std::string loc;
-  request("POST", "http://" + host() + "/v2/" + repo + "/blobs/uploads/", "", "", &st, &loc);
+  request("POST", url("/v2/" + repo + "/blobs/uploads/"), "", "", &st, &loc);
   if (st != 202) return "";
-  if (loc.rfind("http", 0) != 0) loc = "http://" + host() + loc;
+  if (loc.rfind("http", 0) != 0) loc = url(loc);
   loc += (loc.find('?') == std::string::npos ? "?" : "&") + std::string("digest=") + digest;
   request("PUT", loc, data, "application/octet-stream", &st, nullptr);
   return st == 201 ? digest : "";
@@ -136,7 +142,7 @@ std::string TestRegistry::push_blob(const std::string& repo, const std::string& 
 std::string TestRegistry::push_manifest(const std::string& repo, const std::string& ref,
                                         const std::string& body, const std::string& media_type) {
   long st = 0;
-  request("PUT", "http://" + host() + "/v2/" + repo + "/manifests/" + ref, body, media_type, &st,
+  request("PUT", url("/v2/" + repo + "/manifests/" + ref), body, media_type, &st,
           nullptr);
   return st == 201 ? slipway::launcher::sha256_digest(body) : "";
 }

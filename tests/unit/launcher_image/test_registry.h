@@ -10,8 +10,10 @@
 
 class TestRegistry {
  public:
-  // htpasswd_file: enable Basic auth with that file (empty: anonymous).
-  explicit TestRegistry(const std::string& workdir, const std::string& htpasswd_file = "");
+  // htpasswd_file: enable Basic auth with that file (empty: anonymous). tls_cert/tls_key: serve
+  // HTTPS with that certificate (PEM files; empty: plain HTTP).
+  explicit TestRegistry(const std::string& workdir, const std::string& htpasswd_file = "",
+                        const std::string& tls_cert = "", const std::string& tls_key = "");
   ~TestRegistry();
   bool started() const { return pid_ > 0; }
   std::string host() const;  // "127.0.0.1:PORT"
@@ -32,9 +34,10 @@ class TestRegistry {
  private:
   std::string request(const std::string& method, const std::string& url, const std::string& body,
                       const std::string& content_type, long* status, std::string* location);
+  std::string url(const std::string& path) const { return scheme_ + "://" + host() + path; }
   pid_t pid_ = -1;
   int port_ = 0;
-  std::string dir_, user_, pass_;
+  std::string dir_, user_, pass_, scheme_ = "http";
 };
 
 // Free TCP port on 127.0.0.1 (bound and released).

@@ -1,6 +1,6 @@
 // Allreduce over 1-8 ranks (threads, one InMemoryStore): every dtype x op x awkward count,
-// checked against closed-form values; on one node (shared memory) and on fake nodes
-// (shared memory plus the TCP ring over loopback).
+// checked against closed-form values; on one node (shared memory through the slots, or
+// cross-memory attach) and on fake nodes (shared memory plus the TCP ring over loopback).
 #include <vector>
 
 #include "ranks.h"
@@ -26,12 +26,15 @@ static void check_one(Communicator& comm, int n, size_t count, DataType dtype, R
   }
 }
 
-// Every combination for n ranks; `ranks_per_node` 0 puts all on one node.
-static void sweep(int n, int ranks_per_node) {
+// Every combination for n ranks; `ranks_per_node` 0 puts all on one node. `cma_min` 1 sends
+// every in-node collective through process_vm_readv (threads of one process read their own
+// pid's memory, which exercises the same code), 0 none.
+static void sweep(int n, int ranks_per_node, size_t cma_min = 0) {
   std::string err = testing::run_threads(n, [&](int rank, const std::shared_ptr<Store>& store) {
     CommunicatorOptions opts;
     opts.timeout = Seconds(20);
     opts.shm_chunk_bytes = 4096;  // small slots: "large" counts cross many pipeline chunks
+    opts.cma_min_bytes = cma_min;
     std::string node = ranks_per_node ? "node" + std::to_string(rank / ranks_per_node) : "node";
     Communicator comm(store, rank, n, node, opts);
     for (size_t count : testing::counts_for(n, 3001))
@@ -47,6 +50,36 @@ END_TEST
 START_TEST(fake_nodes_hierarchical) {
   static const int kCases[][2] = {{2, 1}, {3, 1}, {4, 2}, {5, 2}, {6, 3}, {8, 4}};
   sweep(kCases[_i][0], kCases[_i][1]);
+}
+END_TEST
+
+START_TEST(one_node_cma_1_to_8_ranks) { sweep(_i, 0, 1); }
+END_TEST
+
+START_TEST(fake_nodes_cma) {
+  static const int kCases[][2] = {{3, 3}, {4, 2}, {7, 3}};
+  sweep(kCases[_i][0], kCases[_i][1], 1);
+}
+END_TEST
+
+// Separate processes, as under srun: CMA between real pids, sizes around the threshold.
+START_TEST(cma_between_processes) {
+  auto codes = testing::run_processes(3, [](int rank, const std::shared_ptr<Store>& store) {
+    CommunicatorOptions opts;
+    opts.timeout = Seconds(20);
+    opts.cma_min_bytes = 4096;
+    Communicator comm(store, rank, 3, "node", opts);
+    for (size_t count : {size_t{1023}, size_t{1024}, size_t{1025}, size_t{300001}}) {
+      std::vector<float> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(testing::value_of(rank, i));
+      comm.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      for (size_t i = 0; i < count; ++i)
+        if (buf[i] != static_cast<float>(testing::expected(ReduceOp::kSum, DataType::kFloat32, 3, i))) return 1;
+      comm.broadcast(buf.data(), count, DataType::kFloat32, 2);
+    }
+    return 0;
+  });
+  for (int c : codes) ck_assert_int_eq(c, 0);
 }
 END_TEST
 
@@ -113,6 +146,9 @@ Suite* make_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, one_node_1_to_8_ranks, 1, 9);
   tcase_add_loop_test(tc, fake_nodes_hierarchical, 0, 6);
+  tcase_add_loop_test(tc, one_node_cma_1_to_8_ranks, 1, 9);
+  tcase_add_loop_test(tc, fake_nodes_cma, 0, 3);
+  tcase_add_test(tc, cma_between_processes);
   tcase_add_test(tc, async_handles_complete_in_order);
   tcase_add_test(tc, large_buffer_float32);
   tcase_add_test(tc, invalid_op_for_dtype_is_rejected);

@@ -35,11 +35,13 @@ static void check_allgather(Communicator& comm, size_t count, DataType dtype) {
                                  std::to_string(count) + " wrong for rank " + std::to_string(r));
 }
 
-static void sweep(int n, int ranks_per_node) {
+// `cma_min` 1: every in-node collective reads peers' buffers with process_vm_readv; 0: never.
+static void sweep(int n, int ranks_per_node, size_t cma_min = 0) {
   std::string err = testing::run_threads(n, [&](int rank, const std::shared_ptr<Store>& store) {
     CommunicatorOptions opts;
     opts.timeout = Seconds(20);
     opts.shm_chunk_bytes = 4096;
+    opts.cma_min_bytes = cma_min;
     std::string node = ranks_per_node ? "node" + std::to_string(rank / ranks_per_node) : "node";
     Communicator comm(store, rank, n, node, opts);
     for (size_t count : testing::counts_for(n, 2501))
@@ -59,6 +61,12 @@ START_TEST(fake_nodes_hierarchical) {
   static const int kCases[][2] = {{2, 1}, {3, 2}, {4, 2}, {7, 3}};
   sweep(kCases[_i][0], kCases[_i][1]);
 }
+END_TEST
+
+START_TEST(one_node_cma_1_to_8_ranks) { sweep(_i, 0, 1); }
+END_TEST
+
+START_TEST(fake_nodes_cma) { sweep(4, 2, 1); }
 END_TEST
 
 START_TEST(in_place_allgather) {
@@ -108,6 +116,8 @@ Suite* make_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, one_node_1_to_8_ranks, 1, 9);
   tcase_add_loop_test(tc, fake_nodes_hierarchical, 0, 4);
+  tcase_add_loop_test(tc, one_node_cma_1_to_8_ranks, 1, 9);
+  tcase_add_test(tc, fake_nodes_cma);
   tcase_add_test(tc, in_place_allgather);
   tcase_add_test(tc, barrier_orders_ranks);
   tcase_add_test(tc, topology_from_node_names);

@@ -1,0 +1,106 @@
+// `slipway images`, `slipway rm IMAGE...` and `slipway gc --keep SIZE`: the node cache as the user
+// sees it (cache.h does the work). The cache is $SLIPWAY_CACHE_DIR, else /var/tmp/slipway-<uid>,
+// the one the plugin uses on a node unless the site set cache_dir in plugstack.conf.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "cli/cli_common.h"
+#include "image/cache.h"
+#include "image/image_ref.h"
+
+namespace slipway::launcher::cli {
+namespace {
+
+NodeCache user_cache() { return NodeCache(env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()))); }
+
+bool cache_exists(const NodeCache& cache) {
+  struct stat st;
+  return stat((cache.root() + "/images").c_str(), &st) == 0;
+}
+
+// 1023 B, 1.0 KiB, 20.5 MiB, 3.2 GiB.
+std::string human(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string local_time(int64_t t) {
+  time_t tt = static_cast<time_t>(t);
+  tm parts{};
+  char buf[32];
+  if (!localtime_r(&tt, &parts) || !strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &parts)) return "?";
+  return buf;
+}
+
+// TEXT as parse_image_ref normalises it, so `slipway rm busybox` finds what `import busybox` made.
+std::string canonical(const std::string& text) {
+  RefDefaults d;
+  d.default_registry = env_or("SLIPWAY_DEFAULT_REGISTRY", std::string(kDockerHubRegistry));
+  auto ref = parse_image_ref(text, d);
+  return ref.ok() ? ref->str() : text;
+}
+
+}  // namespace
+
+int cmd_images(std::vector<std::string>& args) {
+  if (!args.empty()) return fail("usage: slipway images"), 2;
+  NodeCache cache = user_cache();
+  printf("%-19s  %10s  %-16s  %-6s  %s\n", "DIGEST", "SIZE", "LAST USE", "IN USE", "IMAGE");
+  if (!cache_exists(cache)) return 0;
+  auto images = list_images(cache);
+  if (!images.ok()) return fail(images.status().message());
+  for (auto it = images->rbegin(); it != images->rend(); ++it)  // most recently used first
+    printf("%-19s  %10s  %-16s  %-6s  %s\n", it->manifest_digest.substr(0, 19).c_str(),
+           human(it->bytes).c_str(), local_time(it->last_use).c_str(), it->in_use ? "yes" : "no",
+           it->name.empty() ? "-" : it->name.c_str());
+  return 0;
+}
+
+int cmd_rm(std::vector<std::string>& args) {
+  if (args.empty()) return fail("usage: slipway rm IMAGE..."), 2;
+  NodeCache cache = user_cache();
+  int rc = 0;
+  for (const auto& text : args) {
+    auto digest = find_image(cache, text, canonical(text));
+    Status st = digest.ok() ? remove_image(cache, *digest) : digest.status();
+    if (!st.ok()) {
+      rc = fail(st.message());
+      continue;
+    }
+    printf("removed %s\n", digest->c_str());
+  }
+  return rc;
+}
+
+int cmd_gc(std::vector<std::string>& args) {
+  std::string keep;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--keep" && i + 1 < args.size()) keep = args[++i];
+    else if (args[i].rfind("--keep=", 0) == 0) keep = args[i].substr(7);
+    else return fail("usage: slipway gc --keep SIZE"), 2;
+  }
+  if (keep.empty()) return fail("usage: slipway gc --keep SIZE (e.g. --keep 20G)"), 2;
+  auto bytes = parse_size(keep);
+  if (!bytes.ok()) return fail("gc: " + bytes.status().message()), 2;
+  NodeCache cache = user_cache();
+  if (!cache_exists(cache)) return printf("nothing cached in %s\n", cache.root().c_str()), 0;
+  auto r = gc_images(cache, *bytes);
+  if (!r.ok()) return fail("gc: " + r.status().message());
+  printf("removed %d image%s (%s), kept %s%s\n", r->removed, r->removed == 1 ? "" : "s",
+         human(r->freed_bytes).c_str(), human(r->kept_bytes).c_str(),
+         r->kept_bytes > *bytes ? " (the rest is in use by running steps)" : "");
+  return 0;
+}
+
+}  // namespace slipway::launcher::cli

@@ -1,0 +1,226 @@
+// build_and_publish() and its helpers (see import_build.h). Layers are fetched by a small pool of
+// threads while the calling thread unpacks them in order: layer i is unpacked as soon as it is in
+// blobs/, while layers i+1.. still download, so a pull costs about max(download, unpack), not the
+// sum (design.md, "Performance model").
+#include "image/import_build.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "image/digest.h"
+#include "image/fs_beneath.h"
+#include "image/layer.h"
+
+namespace slipway::launcher {
+namespace {
+
+bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+Status write_new_file(const std::string& path, std::string_view data) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd.valid()) return Status::from_errno("create " + path, errno);
+  for (size_t done = 0; done < data.size();) {
+    ssize_t w = ::write(fd.get(), data.data() + done, data.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return Status::from_errno("write " + path, errno);
+    done += static_cast<size_t>(w);
+  }
+  return Status();
+}
+
+std::string megabytes(uint64_t bytes) {
+  return std::to_string((bytes + (1 << 19)) >> 20) + " MB";
+}
+
+// Runs FETCH for every layer on up to PARALLEL threads, in layer order; wait_for(i) blocks until
+// layer i is done. After a failure no new fetch starts; the destructor joins the threads.
+class LayerPool {
+ public:
+  LayerPool(size_t layers, size_t parallel, const LayerFetch& fetch)
+      : fetch_(fetch), status_(layers), done_(layers, false) {
+    size_t n = std::max<size_t>(1, std::min(parallel, layers));
+    for (size_t w = 0; w < n && layers > 0; ++w) threads_.emplace_back([this, w] { run(w); });
+  }
+  ~LayerPool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    for (auto& t : threads_) t.join();
+  }
+  LayerPool(const LayerPool&) = delete;
+  LayerPool& operator=(const LayerPool&) = delete;
+
+  Status wait_for(size_t i) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return done_[i]; });
+    return status_[i];
+  }
+
+ private:
+  void run(size_t worker) {
+    for (;;) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (stop_ || next_ >= done_.size()) return;
+        i = next_++;
+      }
+      Status st = fetch_(i, worker);
+      std::lock_guard<std::mutex> l(mu_);
+      status_[i] = std::move(st);
+      done_[i] = true;
+      if (!status_[i].ok()) stop_ = true;
+      if (stop_)  // layers nobody will fetch now: wake their waiters with an error
+        for (size_t k = next_; k < done_.size(); ++k) {
+          if (!done_[k]) status_[k] = Status::error("import stopped after an error", ECANCELED);
+          done_[k] = true;
+        }
+      cv_.notify_all();
+    }
+  }
+
+  const LayerFetch& fetch_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Status> status_;
+  std::vector<bool> done_;
+  size_t next_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// The first failed layer's status, not the "stopped" ones after it.
+Status first_error(LayerPool& pool, size_t upto, const Status& st) {
+  for (size_t k = 0; k < upto; ++k) {
+    Status s = pool.wait_for(k);
+    if (!s.ok() && s.error_number() != ECANCELED) return s;
+  }
+  return st;
+}
+
+Status unpack_all(const NodeCache& cache, const BuildPlan& plan, LayerPool& pool,
+                  const std::string& rootfs, const ImportOptions& opts, Progress& progress) {
+  SLIPWAY_SYS(::mkdir(rootfs.c_str(), 0755), "create " + rootfs);
+  UniqueFd rootfd(::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfd.valid()) return Status::from_errno("open " + rootfs, errno);
+  UnpackBudget budget{opts.max_unpacked_bytes, 0};
+  const auto& layers = plan.manifest.layers;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string of = std::to_string(i + 1) + "/" + std::to_string(layers.size());
+    progress.report("fetching layer " + of + " of " + plan.image + " (" +
+                    megabytes(layers[i].size) + ")");
+    Status st = pool.wait_for(i);
+    if (!st.ok()) return first_error(pool, layers.size(), st);
+    progress.report("unpacking layer " + of + " of " + plan.image);
+    UniqueFd fd(::open(cache.blob_path(layers[i].digest).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return Status::from_errno("open blob " + layers[i].digest, errno);
+    st = apply_layer(rootfd.get(), fd.get(), budget);
+    if (!st.ok())
+      return with_fix(st.context("image '" + plan.image + "', layer " + of + " (" +
+                                 layers[i].digest + ")"),
+                      cache);
+  }
+  return Status();
+}
+
+// Deletes tmp/<name> (a failed build, or one that lost the publish race).
+void remove_tmp(const NodeCache& cache, const std::string& tmp) {
+  if (!exists(tmp)) return;
+  UniqueFd dir(::open(cache.tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.valid()) (void)remove_tree_at(dir.get(), tmp.c_str() + tmp.rfind('/') + 1);
+}
+
+}  // namespace
+
+namespace {
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Progress::Progress(const std::function<void(std::string_view)>& fn) : fn_(fn), last_ms_(now_ms()) {}
+
+void Progress::report(const std::string& line) {
+  if (!fn_) return;
+  int64_t now = now_ms();
+  if (now - last_ms_ < 1000) return;
+  last_ms_ = now;
+  fn_(line);
+}
+
+Status with_fix(const Status& st, const NodeCache& cache) {
+  switch (st.error_number()) {
+    case ENOSPC:
+    case EDQUOT:
+      return Status::error(st.message() + "; free space in " + cache.root() +
+                               " (slipway gc --keep SIZE) or choose another cache directory",
+                           st.error_number());
+    case EPERM: case EINVAL: case ELOOP: case ENOTDIR: case EBADMSG: case ENOENT: case EEXIST:
+      if (st.message().find("; the image is corrupt") != std::string::npos) return st;  // said
+      return Status::error(st.message() + "; the image is corrupt or malicious: rebuild it from "
+                               "a trusted source", st.error_number());
+    default:
+      return st;
+  }
+}
+
+Status ensure_blob(const NodeCache& cache, const Descriptor& d, const BlobFill& fill) {
+  const std::string path = cache.blob_path(d.digest);
+  if (exists(path)) return Status();
+  const std::string key = "blob-" + digest_hex(d.digest);
+  auto lock = FileLock::acquire(cache.lock_path(key), FileLock::Mode::kExclusive);
+  SLIPWAY_TRY(lock);
+  if (exists(path)) return Status();  // fetched by another importer meanwhile
+  SLIPWAY_TRY(cache.remove_stale_tmp(key));
+  std::string tmp = cache.tmp_dir() + "/" + key + "." + std::to_string(::getpid()) + "." +
+                    random_suffix();
+  UniqueFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::from_errno("create " + tmp, errno);
+  Status st = fill(fd.get());
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) == -1)
+    st = Status::from_errno("rename " + tmp + " to " + path, errno);
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
+Result<ImportedImage> build_and_publish(const NodeCache& cache, const BuildPlan& plan,
+                                        const LayerFetch& fetch, size_t parallel,
+                                        const ImportOptions& opts, Progress& progress) {
+  auto tmp = cache.make_tmp_dir(plan.lock_key);
+  SLIPWAY_TRY(tmp);
+  Status st;
+  {
+    LayerPool pool(plan.manifest.layers.size(), parallel, fetch);
+    st = unpack_all(cache, plan, pool, *tmp + "/rootfs", opts, progress);
+  }
+  if (st.ok()) st = write_new_file(*tmp + "/config.json", plan.config_body);
+  if (st.ok()) st = write_new_file(*tmp + "/manifest.json", plan.manifest_body);
+  if (st.ok()) st = write_new_file(*tmp + "/name", plan.image + "\n");
+  const std::string dest = cache.image_dir(plan.manifest_digest);
+  if (st.ok() && ::rename(tmp->c_str(), dest.c_str()) == -1 && errno != ENOTEMPTY &&
+      errno != EEXIST)
+    st = with_fix(Status::from_errno("publish " + dest, errno), cache);
+  remove_tmp(cache, *tmp);
+  SLIPWAY_TRY(st);
+  auto img = find_cached_image(cache, plan.manifest_digest);
+  if (img.ok()) img->was_cached = false;
+  return img;
+}
+
+Result<ImportedImage> cached_and_touched(const NodeCache& cache, const std::string& digest) {
+  auto img = find_cached_image(cache, digest);
+  if (img.ok()) ::utimensat(AT_FDCWD, cache.image_dir(digest).c_str(), nullptr, 0);  // last use
+  return img;
+}
+
+}  // namespace slipway::launcher

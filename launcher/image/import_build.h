@@ -1,0 +1,64 @@
+// The source-independent half of an import, shared by registry images (import.cc) and local
+// archives and layouts (import_local.cc): once the manifest and config are known and verified,
+// make the layer blobs present in blobs/ (a bounded pool of fetchers, concurrent with unpacking),
+// unpack them in order into a private tmp/ directory and publish it with one rename(2).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "image/cache.h"
+#include "image/import.h"
+#include "image/manifest.h"
+
+namespace slipway::launcher {
+
+// Calls the user's progress function at most once a second, and only once the import has taken a
+// second: a quick import says nothing.
+class Progress {
+ public:
+  explicit Progress(const std::function<void(std::string_view)>& fn);
+  void report(const std::string& line);
+
+ private:
+  const std::function<void(std::string_view)>& fn_;
+  int64_t last_ms_;  // the last call, or the start
+};
+
+// Adds what the user should do to an unpack, download or copy error, by its errno.
+Status with_fix(const Status& st, const NodeCache& cache);
+
+// Writes blob bytes into FD (an empty private file) and verifies them (size and sha256).
+using BlobFill = std::function<Status(int fd)>;
+// Makes blob D present in blobs/: filled once per node even by concurrent importers (each blob
+// has its own lock), into tmp/ first, renamed into place when complete.
+Status ensure_blob(const NodeCache& cache, const Descriptor& d, const BlobFill& fill);
+
+// What a build needs: the verified manifest (its bytes and digest) and config bytes.
+struct BuildPlan {
+  std::string image;  // the reference as the user wrote it, for messages and `slipway images`
+  std::string manifest_body, manifest_digest, config_body;
+  Manifest manifest;
+  ImageConfig config;
+  std::string lock_key;  // the image lock the caller holds (tmp/ entries are named after it)
+};
+
+// Makes layer INDEX present in blobs/; WORKER (0..parallel-1) tells which of the caller's
+// per-thread resources (a registry client) to use. Called from up to PARALLEL threads at once.
+using LayerFetch = std::function<Status(size_t index, size_t worker)>;
+
+// Fetches the layers with FETCH (up to PARALLEL at once), unpacks each as soon as it and the ones
+// below it are there, publishes images/<hex>/. The caller holds the image lock PLAN.lock_key.
+Result<ImportedImage> build_and_publish(const NodeCache& cache, const BuildPlan& plan,
+                                        const LayerFetch& fetch, size_t parallel,
+                                        const ImportOptions& opts, Progress& progress);
+
+// The published image DIGEST, its last use set to now; an error if it is not published.
+Result<ImportedImage> cached_and_touched(const NodeCache& cache, const std::string& digest);
+
+// import_image() for ImageRef::Kind::kArchive and kOciLayout (import_local.cc).
+Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOptions& opts);
+
+}  // namespace slipway::launcher

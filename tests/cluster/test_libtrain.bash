@@ -1,0 +1,161 @@
+# libtrain on the sandbox (issue 6), in the `demo` image: the Python and C++ Fashion-MNIST
+# trainers on 8 ranks over 4 nodes (srun --mpi=pmix, PMIx bootstrap, shared memory in the node,
+# TCP across) reach the accuracy of one process with the same global batch and epochs; a rank
+# killed mid-run (by itself, or with kill -9 from outside) or stopped makes every other rank fail
+# with a clear libtrain error within LIBTRAIN_TIMEOUT, and srun fails: never a hang.
+# Sizes are small (a 10k-20k sample subset, 2 epochs) to keep the file near a minute.
+
+readonly TRAIN_PY=/usr/share/libtrain/examples/train.py
+readonly TRAIN_CC=/usr/libexec/libtrain/libtrain_train_mlp
+readonly PY_ARGS="--epochs 2 --limit 10000"
+readonly CC_ARGS="--epochs 2 --limit 20000 --lr 0.1"
+# Failure tests: a short timeout, so that a missed failure shows up as a slow test, not a hang.
+readonly FAIL_TIMEOUT=15
+
+setup_file() {
+    require_sandbox
+    require_plugin
+    "$SANDBOX" images demo >/dev/null 2>&1 || fail "slipway-sandbox images demo failed (run it to see why)"
+    DEMO=$(image_ref demo)
+    JOB_TIMEOUT=90
+}
+
+# The number after "final test accuracy" in $output.
+final_accuracy() {
+    sed -n 's/^final test accuracy \([0-9.]*\) .*/\1/p' <<<"$output"
+}
+
+# assert_same_accuracy A B: |A - B| <= 0.01 (one point of accuracy), and A is real training (> 0.7).
+assert_same_accuracy() {
+    [[ -n $1 && -n $2 ]] || fail "no final accuracy (one process: '$1', 8 ranks: '$2')"
+    awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' \
+        || fail "8 ranks reached $2, one process $1: more than 1 point apart"
+    assert_less 0.7 "$1" "accuracy of one process"
+}
+
+# train_both CMD...: CMD in the demo image as 1 process on one node, then as 8 ranks on 4
+# nodes; sets SINGLE and MULTI to their final accuracies.
+train_both() {
+    # LIBTRAIN_TIMEOUT: a wire-up that stalls fails in libtrain, well before JOB_TIMEOUT.
+    run_job env LIBTRAIN_TIMEOUT=30 srun -N1 -n1 -K --container-image="$DEMO" "$@"
+    assert_success
+    assert_output_contains "training on 1 ranks"
+    SINGLE=$(final_accuracy)
+    run_job env LIBTRAIN_TIMEOUT=30 srun --mpi=pmix -N4 --ntasks-per-node=2 -K --container-image="$DEMO" "$@"
+    assert_success
+    assert_output_contains "training on 8 ranks (pmix bootstrap, 2 on this node)"
+    MULTI=$(final_accuracy)
+    echo "# one process: $SINGLE, 8 ranks: $MULTI" >&2
+}
+
+# Every rank but the dead one ($2) reported a libtrain error, and one of them is a $1.
+assert_others_failed_with() {
+    local kind=$1 dead=$2 r
+    for r in 0 1 2 3 4 5 6 7; do
+        ((r == dead)) && continue
+        grep -Eq "^train(\.py|_mlp): rank $r: [A-Za-z]+Error: libtrain: " <<<"$output" \
+            || fail "rank $r reported no libtrain error:"$'\n'"$output"
+    done
+    assert_output_contains "$kind: libtrain: "
+}
+
+test_python_trainer_on_8_ranks_matches_one_process() {
+    # shellcheck disable=SC2086
+    train_both python3 "$TRAIN_PY" $PY_ARGS
+    assert_same_accuracy "$SINGLE" "$MULTI"
+}
+
+test_cpp_trainer_on_8_ranks_matches_one_process() {
+    # shellcheck disable=SC2086
+    train_both "$TRAIN_CC" $CC_ARGS
+    assert_same_accuracy "$SINGLE" "$MULTI"
+}
+
+# The issue's exact line: -n8 lets Slurm place the ranks (here 5+1+1+1), still one communicator.
+test_quickstart_line_trains() {
+    # shellcheck disable=SC2086
+    run_job srun --mpi=pmix -N4 -n8 -K --container-image="$DEMO" python3 "$TRAIN_PY" --epochs 1 --limit 5000
+    assert_success
+    assert_output_matches "final test accuracy 0\.[0-9]+ after 1 epochs on 8 ranks"
+}
+
+# A rank that SIGKILLs itself at step 5. No -K: srun must not be what stops the others.
+test_rank_that_dies_makes_every_rank_fail_fast() {
+    local t0
+    t0=$(now)
+    # shellcheck disable=SC2086
+    run_job env LIBTRAIN_TIMEOUT=$FAIL_TIMEOUT srun --kill-on-bad-exit=0 --mpi=pmix -N4 --ntasks-per-node=2 \
+        --container-image="$DEMO" python3 "$TRAIN_PY" $PY_ARGS --die-rank 5 --die-step 5
+    assert_failure
+    assert_less "$(elapsed "$t0")" $FAIL_TIMEOUT "seconds until srun returned"
+    assert_output_contains "rank 5: killing myself"
+    assert_others_failed_with PeerError 5
+    assert_output_contains "local rank 1 (pid "
+}
+
+# The pid (as the host sees it: the nodes share its pid namespace) of the task with
+# SLURM_PROCID=$1 whose command is $2, or nothing.
+task_pid() {
+    local dir
+    for dir in /proc/[0-9]*; do
+        [[ $(tr '\0' '\n' <"$dir/cmdline" 2>/dev/null | head -n1) == "$2" ]] || continue
+        tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$1" && { echo "${dir#/proc/}"; return; }
+    done
+}
+
+# start_trainer OUTFILE LIBTRAIN_TIMEOUT KILL_ON_BAD_EXIT: the C++ trainer on 8 ranks, long
+# enough to be interrupted, in the background; returns once rank 0 finished an epoch. Sets
+# TRAINER_PID (the `slipway-sandbox exec` running srun; its status lands in OUTFILE.rc).
+start_trainer() {
+    local out=$1 timeout=$2 kill_on_bad_exit=$3 i
+    ( "$SANDBOX" exec -- env LIBTRAIN_TIMEOUT="$timeout" timeout "$JOB_TIMEOUT" \
+        srun --kill-on-bad-exit="$kill_on_bad_exit" --mpi=pmix -N4 --ntasks-per-node=2 \
+        --container-image="$DEMO" "$TRAIN_CC" --epochs 100 --limit 10000 >"$out" 2>&1
+      echo $? >"$out.rc" ) &
+    TRAINER_PID=$!
+    for ((i = 0; i < 300; i++)); do
+        grep -q "^epoch 1:" "$out" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    cat "$out" >&2
+    fail "the trainer did not finish its first epoch within 30 s"
+}
+
+# wait_trainer OUTFILE: waits for it; sets $status and $output like run_job.
+wait_trainer() {
+    wait "$TRAINER_PID" || true
+    status=$(cat "$1.rc")
+    output=$(cat "$1")
+    rm -f "$1" "$1.rc"
+    echo "# status $status, output:"$'\n'"$output" >&2
+}
+
+test_rank_killed_from_outside_makes_every_rank_fail_fast() {
+    local out pid t0
+    out=$(mktemp)
+    start_trainer "$out" $FAIL_TIMEOUT 0
+    pid=$(task_pid 6 "$TRAIN_CC")
+    [[ -n $pid ]] || fail "no process of rank 6 found"
+    t0=$(now)
+    kill -9 "$pid"
+    wait_trainer "$out"
+    assert_failure
+    assert_less "$(elapsed "$t0")" $FAIL_TIMEOUT "seconds from kill -9 until srun returned"
+    assert_others_failed_with PeerError 6
+}
+
+# A stopped rank is alive but silent: only LIBTRAIN_TIMEOUT can tell. Then -K kills it.
+test_stopped_rank_makes_every_rank_time_out() {
+    local out pid t0
+    out=$(mktemp)
+    start_trainer "$out" 5 1
+    pid=$(task_pid 3 "$TRAIN_CC")
+    [[ -n $pid ]] || fail "no process of rank 3 found"
+    t0=$(now)
+    kill -STOP "$pid"
+    wait_trainer "$out"
+    kill -CONT "$pid" 2>/dev/null || true
+    assert_failure
+    assert_less "$(elapsed "$t0")" 20 "seconds from SIGSTOP until srun returned"
+    assert_output_contains "TimeoutError: libtrain: "
+}

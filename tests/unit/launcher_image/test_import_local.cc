@@ -1,0 +1,195 @@
+// Local image tests: an OCI layout directory written by the test, and the docker-archive and OCI
+// archive skopeo makes from it, import into the cache under the manifest digest (the same digest
+// every time); corrupt, incomplete and hostile local images fail with one clear line and publish
+// nothing.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "image/digest.h"
+#include "image/import.h"
+#include "image_test_util.h"
+// check.h defines macros (fail) that break later standard headers: include it last.
+#include "check_main.h"
+
+using namespace slipway::launcher;
+
+#define ASSERT_SAME_STR(a, b)                                                        \
+  do {                                                                                \
+    std::string a_ = (a), b_ = (b);                                                   \
+    ck_assert_msg(a_ == b_, "'%s' != '%s'", a_.c_str(), b_.c_str());                  \
+  } while (0)
+
+static const char* kConfigPrefix =
+    R"({"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin","L=1"],"Cmd":["/bin/sh"]},)";
+
+static void put_blob(const std::string& dir, const std::string& data) {
+  write_text(dir + "/blobs/sha256/" + digest_hex(sha256_digest(data)), data);
+}
+
+// An OCI image layout in DIR with two layers (the second whites out a file of the first); returns
+// the manifest digest.
+static std::string write_layout(const std::string& dir) {
+  mkdir(dir.c_str(), 0755);
+  mkdir((dir + "/blobs").c_str(), 0755);
+  mkdir((dir + "/blobs/sha256").c_str(), 0755);
+  std::string l1 = TarBuilder(TarBuilder::Compression::kGzip)
+                       .file("etc/slipway-image", "local\n").file("old", "o")
+                       .symlink("bin/sh", "busybox").finish();
+  std::string l2 = TarBuilder(TarBuilder::Compression::kGzip).file(".wh.old", "").file("new", "n")
+                       .finish();
+  // diff_ids: the digests of the uncompressed layers (skopeo checks them for docker-archive).
+  std::string u1 = TarBuilder().file("etc/slipway-image", "local\n").file("old", "o")
+                       .symlink("bin/sh", "busybox").finish();
+  std::string u2 = TarBuilder().file(".wh.old", "").file("new", "n").finish();
+  std::string config = std::string(kConfigPrefix) + R"("rootfs":{"type":"layers","diff_ids":[")" +
+                       sha256_digest(u1) + R"(",")" + sha256_digest(u2) + R"("]}})";
+  for (const auto& b : {config, l1, l2}) put_blob(dir, b);
+  auto desc = [](const std::string& type, const std::string& data) {
+    return R"({"mediaType":")" + type + R"(","digest":")" + sha256_digest(data) + R"(","size":)" +
+           std::to_string(data.size()) + "}";
+  };
+  const std::string gz = "application/vnd.oci.image.layer.v1.tar+gzip";
+  std::string manifest =
+      R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":)" +
+      desc("application/vnd.oci.image.config.v1+json", config) + R"(,"layers":[)" +
+      desc(gz, l1) + "," + desc(gz, l2) + "]}";
+  put_blob(dir, manifest);
+  std::string entry = desc("application/vnd.oci.image.manifest.v1+json", manifest);
+  entry.insert(entry.size() - 1, R"(,"annotations":{"org.opencontainers.image.ref.name":"latest"})");
+  write_text(dir + "/index.json", R"({"schemaVersion":2,"manifests":[)" + entry + "]}");
+  write_text(dir + "/oci-layout", R"({"imageLayoutVersion":"1.0.0"})");
+  return sha256_digest(manifest);
+}
+
+static void check_rootfs(const ImportedImage& img) {
+  ASSERT_SAME_STR(read_text(img.rootfs + "/etc/slipway-image"), "local\n");
+  ASSERT_SAME_STR(read_text(img.rootfs + "/new"), "n");
+  ck_assert(!path_exists(img.rootfs + "/old"));
+  ck_assert(S_ISLNK(path_mode(img.rootfs + "/bin/sh")));
+  ck_assert_int_eq(img.config.env.size(), 2);
+}
+
+static ImportOptions options(const Sandbox& sb) {
+  ImportOptions o;
+  o.cache_dir = sb.root + "/cache";
+  return o;
+}
+
+static bool have_skopeo() { return access("/usr/bin/skopeo", X_OK) == 0; }
+
+START_TEST(oci_layout_directory) {
+  Sandbox sb;
+  std::string layout = sb.base + "/outside/layout";  // beside the canary: read, never written
+  std::string digest = write_layout(layout);
+  auto img = import_image(*parse_image_ref("oci:" + layout), options(sb));
+  ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+  ASSERT_SAME_STR(img->manifest_digest, digest);
+  ck_assert(!img->was_cached);
+  check_rootfs(*img);
+  auto again = import_image(*parse_image_ref(layout), options(sb));  // a plain path: a layout
+  ck_assert(again.ok() && again->was_cached);
+  ASSERT_SAME_STR(read_text(options(sb).cache_dir + "/images/" + digest_hex(digest) + "/name"),
+                  layout + "\n");
+  remove_all(layout);
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
+START_TEST(skopeo_archives) {
+  if (!have_skopeo()) {
+    fprintf(stderr, "SKIP: skopeo is not installed\n");
+    return;
+  }
+  Sandbox sb;
+  std::string work = sb.base + "-work";
+  mkdir(work.c_str(), 0700);
+  std::string digest = write_layout(work + "/layout");
+  std::string copy = "skopeo copy -q oci:" + work + "/layout:latest ";
+  ck_assert(system((copy + "oci-archive:" + work + "/oci.tar").c_str()) == 0);
+  ck_assert(system((copy + "docker-archive:" + work + "/docker.tar").c_str()) == 0);
+  ck_assert(system(("gzip -k " + work + "/docker.tar").c_str()) == 0);
+  auto oci = import_image(*parse_image_ref(work + "/oci.tar"), options(sb));
+  ck_assert_msg(oci.ok(), "%s", oci.status().message().c_str());
+  ASSERT_SAME_STR(oci->manifest_digest, digest);  // the manifest digest, as from the layout
+  check_rootfs(*oci);
+  auto docker = import_image(*parse_image_ref("docker-archive:" + work + "/docker.tar"), options(sb));
+  ck_assert_msg(docker.ok(), "%s", docker.status().message().c_str());
+  ck_assert(!docker->was_cached);
+  check_rootfs(*docker);
+  auto gz = import_image(*parse_image_ref(work + "/docker.tar.gz"), options(sb));
+  ck_assert_msg(gz.ok(), "%s", gz.status().message().c_str());
+  ck_assert(gz->was_cached);  // same content, same made-up manifest, same digest
+  ASSERT_SAME_STR(gz->manifest_digest, docker->manifest_digest);
+  remove_all(work);
+  ck_assert_int_eq(count_entries(options(sb).cache_dir + "/tmp"), 0);
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
+START_TEST(corrupt_layer_in_layout_is_rejected) {
+  Sandbox sb;
+  std::string layout = sb.base + "-layout";
+  std::string digest = write_layout(layout);
+  // Flip a byte of the first layer: same size, other content.
+  std::string blobs = layout + "/blobs/sha256/";
+  std::string manifest = read_text(blobs + digest_hex(digest));
+  const std::string before_hex = "tar+gzip\",\"digest\":\"sha256:";
+  std::string layer_hex = manifest.substr(manifest.find(before_hex) + before_hex.size(), 64);
+  std::string big = read_text(blobs + layer_hex);
+  big[big.size() / 2] ^= 1;
+  write_text(blobs + layer_hex, big);
+  auto img = import_image(*parse_image_ref("oci:" + layout), options(sb));
+  ck_assert(!img.ok());
+  std::string msg = img.status().message();
+  ck_assert_msg(msg.find(layout + "/blobs/sha256/" + layer_hex + " is not blob sha256:" +
+                         layer_hex + " (digest sha256:") == 0, "%s", msg.c_str());
+  ck_assert_msg(msg.find("; the image is corrupt: export it again") != std::string::npos, "%s",
+                msg.c_str());
+  ck_assert(!path_exists(options(sb).cache_dir + "/images/" + digest_hex(digest)));
+  ck_assert(!path_exists(options(sb).cache_dir + "/blobs/sha256/" + layer_hex));
+  remove_all(layout);
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
+START_TEST(missing_and_hostile_local_images) {
+  Sandbox sb;
+  auto missing = import_image(*parse_image_ref(sb.base + "/nope.tar"), options(sb));
+  ck_assert(!missing.ok());
+  ASSERT_SAME_STR(missing.status().message(),
+                  "cannot open image '" + sb.base + "/nope.tar': No such file or directory; "
+                  "check the path");
+  std::string dir = sb.base + "-junk";
+  mkdir(dir.c_str(), 0700);
+  auto neither = import_image(*parse_image_ref(dir), options(sb));
+  ck_assert(!neither.ok());
+  ck_assert_msg(neither.status().message().find("is neither an OCI layout or archive") !=
+                std::string::npos, "%s", neither.status().message().c_str());
+  // A docker-archive whose manifest.json points outside the archive's tree.
+  write_text(dir + "/manifest.json", R"([{"Config":"../../etc/passwd","Layers":[]}])");
+  std::string tar = sb.base + "-hostile.tar";
+  ck_assert(system(("tar -C " + dir + " -cf " + tar + " manifest.json").c_str()) == 0);
+  auto hostile = import_image(*parse_image_ref(tar), options(sb));
+  ck_assert(!hostile.ok());
+  ck_assert_msg(hostile.status().message().find("climbs out") != std::string::npos, "%s",
+                hostile.status().message().c_str());
+  remove_all(dir);
+  remove_all(tar);
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
+Suite* make_suite(void) {
+  Suite* s = suite_create("import_local");
+  TCase* tc = tcase_create("local");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, oci_layout_directory);
+  tcase_add_test(tc, skopeo_archives);
+  tcase_add_test(tc, corrupt_layer_in_layout_is_rejected);
+  tcase_add_test(tc, missing_and_hostile_local_images);
+  suite_add_tcase(s, tc);
+  return s;
+}

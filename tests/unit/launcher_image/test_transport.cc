@@ -1,0 +1,220 @@
+// Registry transport tests: HTTPS with a private CA (a docker-registry TLS config, certificates
+// made with openssl) trusted through RegistryOptions.ca_file and refused without it; retries on
+// 429 and 5xx against a tiny Python HTTP server on 127.0.0.1 that refuses each path once.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "image/digest.h"
+#include "image/import.h"
+#include "image/registry.h"
+#include "image_test_util.h"
+#include "test_registry.h"
+// check.h defines macros (fail) that break later standard headers: include it last.
+#include "check_main.h"
+
+using namespace slipway::launcher;
+
+#define ASSERT_CONTAINS(hay, needle)                                                   \
+  do {                                                                                 \
+    std::string h_ = (hay), n_ = (needle);                                             \
+    ck_assert_msg(h_.find(n_) != std::string::npos, "'%s' lacks '%s'", h_.c_str(),     \
+                  n_.c_str());                                                         \
+  } while (0)
+
+static const char* kConfig = R"({"architecture":"amd64","os":"linux","config":{"Env":["A=1"]}})";
+
+static bool run_quiet(const std::string& cmd) {
+  return system((cmd + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// A CA and a certificate for 127.0.0.1 signed by it, in DIR.
+static bool make_certs(const std::string& dir) {
+  write_text(dir + "/ext.cnf", "subjectAltName=IP:127.0.0.1\n");
+  return run_quiet("openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir + "/ca.key -out " +
+                   dir + "/ca.pem -days 2 -subj /CN=slipway-test-ca") &&
+         run_quiet("openssl req -newkey rsa:2048 -nodes -keyout " + dir + "/srv.key -out " + dir +
+                   "/srv.csr -subj /CN=127.0.0.1") &&
+         run_quiet("openssl x509 -req -in " + dir + "/srv.csr -CA " + dir + "/ca.pem -CAkey " +
+                   dir + "/ca.key -CAcreateserial -out " + dir + "/srv.pem -days 2 -extfile " +
+                   dir + "/ext.cnf");
+}
+
+START_TEST(tls_with_private_ca) {
+  Sandbox sb;
+  std::string dir = sb.base + "-tls";
+  mkdir(dir.c_str(), 0700);
+  if (!make_certs(dir)) {
+    remove_all(dir);
+    fprintf(stderr, "SKIP: openssl cannot make test certificates\n");
+    return;
+  }
+  {
+    TestRegistry reg(dir, "", dir + "/srv.pem", dir + "/srv.key");
+    if (!reg.started()) {
+      fprintf(stderr, "SKIP: /usr/bin/docker-registry is not installed\n");
+      remove_all(dir);
+      return;
+    }
+    std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("hello", "tls").finish();
+    std::string digest = reg.push_image("tls/img", "v1", kConfig, {layer});
+    ck_assert(!digest.empty());
+    ImportOptions o;
+    o.cache_dir = sb.root + "/cache";
+    o.registry.max_retries = 0;
+    auto ref = *parse_image_ref(reg.host() + "/tls/img:v1");
+    auto refused = import_image(ref, o);
+    ck_assert(!refused.ok());
+    ck_assert_msg(refused.status().message().rfind("TLS connection to registry " + reg.host() +
+                                                   " failed: ", 0) == 0,
+                  "%s", refused.status().message().c_str());
+    ASSERT_CONTAINS(refused.status().message(), "give that CA as ca_file");
+    o.registry.ca_file = dir + "/ca.pem";
+    auto img = import_image(ref, o);
+    ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+    ck_assert(img->manifest_digest == digest);
+    ck_assert(read_text(img->rootfs + "/hello") == "tls");
+  }
+  remove_all(dir);
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
+// A registry that answers every path 429 (manifests) or 503 (blobs) the first time, with
+// Retry-After: 0, and 200 after; paths under /v2/busy/ always get 429. Serves DIR/manifest.json
+// and DIR/blobs/<digest>; logs each request path to DIR/requests.log.
+static const char* kFlakyServer = R"PY(
+import os, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+root = sys.argv[1]
+seen, lock = {}, threading.Lock()
+class Handler(BaseHTTPRequestHandler):
+    def reply(self, code, body=b"", ctype="application/octet-stream"):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        if code in (429, 503):
+            self.send_header("Retry-After", "0")
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        with lock:
+            n = seen.get(self.path, 0)
+            seen[self.path] = n + 1
+            with open(os.path.join(root, "requests.log"), "a") as f:
+                f.write(self.path + "\n")
+        if self.path == "/v2/":
+            return self.reply(200)
+        manifest = "/manifests/" in self.path
+        if n == 0 or self.path.startswith("/v2/busy/"):
+            return self.reply(429 if manifest else 503)
+        if manifest:
+            body = open(os.path.join(root, "manifest.json"), "rb").read()
+            return self.reply(200, body, "application/vnd.oci.image.manifest.v1+json")
+        name = os.path.join(root, "blobs", self.path.rsplit("/", 1)[1])
+        if not os.path.exists(name):
+            return self.reply(404)
+        self.reply(200, open(name, "rb").read())
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+with open(os.path.join(root, "port.tmp"), "w") as f:
+    f.write(str(server.server_address[1]))
+os.rename(os.path.join(root, "port.tmp"), os.path.join(root, "port"))
+server.serve_forever()
+)PY";
+
+struct FlakyServer {
+  std::string dir;
+  pid_t pid = -1;
+  int port = 0;
+  explicit FlakyServer(const std::string& d) : dir(d) {
+    write_text(dir + "/server.py", kFlakyServer);
+    pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      execlp("python3", "python3", (dir + "/server.py").c_str(), dir.c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 200 && !path_exists(dir + "/port"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (path_exists(dir + "/port")) port = std::stoi(read_text(dir + "/port"));
+  }
+  ~FlakyServer() {
+    if (pid > 0) kill(pid, SIGTERM), waitpid(pid, nullptr, 0);
+  }
+  std::string host() const { return "127.0.0.1:" + std::to_string(port); }
+  void add_blob(const std::string& data) {
+    mkdir((dir + "/blobs").c_str(), 0700);
+    write_text(dir + "/blobs/" + sha256_digest(data), data);
+  }
+  int count(const std::string& needle) const {
+    std::istringstream in(read_text(dir + "/requests.log"));
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line.find(needle) != std::string::npos;
+    return n;
+  }
+};
+
+START_TEST(retries_on_429_and_503) {
+  Sandbox sb;
+  std::string dir = sb.base + "-flaky";
+  mkdir(dir.c_str(), 0700);
+  {
+    FlakyServer srv(dir);
+    ck_assert_msg(srv.port > 0, "the python3 test server did not start");
+    std::string l1 = TarBuilder(TarBuilder::Compression::kGzip).file("a", "1").finish();
+    std::string l2 = TarBuilder(TarBuilder::Compression::kGzip).file("b", "2").finish();
+    for (const auto& b : {std::string(kConfig), l1, l2}) srv.add_blob(b);
+    std::string manifest =
+        R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",)"
+        R"("config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" +
+        sha256_digest(kConfig) + R"(","size":)" + std::to_string(strlen(kConfig)) +
+        R"(},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":")" +
+        sha256_digest(l1) + R"(","size":)" + std::to_string(l1.size()) +
+        R"(},{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":")" +
+        sha256_digest(l2) + R"(","size":)" + std::to_string(l2.size()) + "}]}";
+    write_text(dir + "/manifest.json", manifest);
+    ImportOptions o;
+    o.cache_dir = sb.root + "/cache";
+    o.registry.insecure_registries = {srv.host()};
+    o.registry.max_retries = 2;
+    auto img = import_image(*parse_image_ref(srv.host() + "/flaky/img:v1"), o);
+    ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+    ck_assert(img->manifest_digest == sha256_digest(manifest));
+    ck_assert(read_text(img->rootfs + "/a") == "1" && read_text(img->rootfs + "/b") == "2");
+    ck_assert_int_eq(srv.count("/manifests/v1"), 2);  // 429, then 200
+    for (const auto& b : {std::string(kConfig), l1, l2})
+      ck_assert_int_eq(srv.count("/blobs/" + sha256_digest(b)), 2);  // 503, then 200
+    // A registry that keeps refusing: max_retries + 1 requests, then one clear line.
+    o.registry.max_retries = 1;
+    auto busy = resolve_digest(*parse_image_ref(srv.host() + "/busy/img:v1"), o.registry);
+    ck_assert(!busy.ok());
+    std::string want = "registry " + srv.host() + " keeps refusing requests for '" + srv.host() +
+                       "/busy/img:v1' as too many (HTTP 429); retry later or use a mirror";
+    ck_assert_msg(busy.status().message() == want, "%s", busy.status().message().c_str());
+    ck_assert_int_eq(srv.count("/v2/busy/img/manifests/v1"), 2);
+  }
+  remove_all(dir);
+}
+END_TEST
+
+Suite* make_suite(void) {
+  Suite* s = suite_create("transport");
+  TCase* tc = tcase_create("transport");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, tls_with_private_ca);
+  tcase_add_test(tc, retries_on_429_and_503);
+  suite_add_tcase(s, tc);
+  return s;
+}
