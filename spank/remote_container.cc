@@ -13,6 +13,7 @@
 
 #include "dl_doctor.h"
 #include "dl_hooks.h"
+#include "import_child.h"
 #include "log.h"
 #include "options/container_plan.h"
 #include "plugin_state.h"
@@ -87,7 +88,10 @@ Status run_entrypoint(spank_t sp, PluginState& st) {
   std::vector<std::string> argv = entrypoint;
   for (const char* a : {"/bin/sh", "-c", "cat /proc/self/environ >&3"}) argv.emplace_back(a);
   const auto env = entrypoint_start_env(sp, st);
-  auto r = launcher::run_in_container(st.holder, st.spec, argv, env, kEntrypointTimeoutS);
+  auto r = [&] {
+    EuidRoot root;  // the entrypoint's child becomes the user; slurmstepd stays root meanwhile
+    return launcher::run_in_container(st.holder, st.spec, argv, env, kEntrypointTimeoutS);
+  }();
   if (!r.ok()) return r.status().context("the image's entrypoint (" + entrypoint[0] + ")");
   st.entrypoint_output = r->output;
   if (r->exit_code != 0) {
@@ -138,7 +142,11 @@ Status start_node_container(spank_t sp, PluginState& st) {
   SLIPWAY_TRY(prepare_dl_node(sp, st, *spec));
   if (!st.named_dir.empty() && !st.named_exists)
     SLIPWAY_TRY(launcher::record_named_container_image(st.named_dir, st.image->manifest_digest));
-  auto holder = launcher::start_holder(*spec);
+  // The holder becomes the user itself; slurmstepd's own threads stay root meanwhile.
+  auto holder = [&] {
+    EuidRoot root;
+    return launcher::start_holder(*spec);
+  }();
   if (!holder.ok())
     return launcher::Status::error("cannot start the container of image '" +
                                        st.options.container_image + "': " +

@@ -11,6 +11,7 @@
 #include "image/image_ref.h"
 #include "image/manifest_handoff.h"
 #include "dl_hooks.h"
+#include "import_child.h"
 #include "log.h"
 #include "plugin_state.h"
 #include "remote_env.h"
@@ -22,7 +23,9 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   PluginState& st = state();
   launcher::RefDefaults defaults;
   defaults.default_registry = st.config.default_registry;
-  if (auto pwd = job_getenv(sp, "PWD")) defaults.cwd = *pwd;
+  if (auto dir = job_getenv(sp, "SLURM_SUBMIT_DIR").value_or(job_getenv(sp, "PWD").value_or(""));
+      !dir.empty())
+    defaults.cwd = dir;
   auto ref = launcher::parse_image_ref(st.options.container_image, defaults);
   SLIPWAY_TRY(ref);
   auto pinned_ref = job_getenv(sp, kEnvImageRef);
@@ -38,11 +41,16 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   opts.registry.ca_file = st.config.ca_file;
   std::string creds = home_of(ids.uid) + "/.config/slipway/credentials";
   if (access(creds.c_str(), R_OK) == 0) opts.registry.credentials_file = creds;
-  if (st.first_node)  // progress of a long import (at most a line a second), from one node only
-    opts.progress = [](std::string_view line) {
-      slurm_spank_log("slipway: %.*s", static_cast<int>(line.size()), line.data());
-    };
-  return launcher::import_image(*ref, opts);
+  // Progress of a long import (at most a line a second), shown from one node only.
+  const bool show_progress = st.first_node;
+  auto work = [ref = *ref, opts, show_progress](
+                  const std::function<void(std::string_view)>& progress) mutable {
+    if (show_progress) opts.progress = progress;
+    return launcher::import_image(ref, opts);
+  };
+  return import_as_user(ids, work, [](std::string_view line) {
+    slurm_spank_log("slipway: %.*s", static_cast<int>(line.size()), line.data());
+  });
 }
 
 

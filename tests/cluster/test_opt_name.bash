@@ -71,7 +71,7 @@ test_names_are_separate() {
 test_named_is_writable_unless_readonly() {
     in_alloc 1 "
         srun -K --container-image=$BUSYBOX --container-name=ro sh -c 'echo w >/state && echo wrote' &&
-        srun -K --container-name=ro --container-readonly sh -c 'cat /state; echo x >/other 2>&1; echo end'"
+        srun -K --container-name=ro --container-readonly sh -c 'cat /state; (echo x >/other) 2>&1; echo end'"
     assert_success
     assert_equal wrote "${lines[0]}" "first step"
     assert_output_contains "Read-only file system"

@@ -1,0 +1,44 @@
+# The import runs outside slurmstepd's identity window (spank/import_child.h): while a node imports
+# an image in user_init, slurmstepd itself stays root (its PMIx thread authenticates peers through
+# munge; as the job user it is refused and a fence elsewhere can hang). The job user's child does
+# the import.
+
+setup_file() {
+    require_sandbox
+    require_plugin
+    require_images debian-python
+    IMAGE=$(image_ref debian-python)
+    CACHE=$SANDBOX_DIR/nodes/node2/var-tmp/slipway-$(id -u slwuser)
+}
+
+# The Uid line of slurmstepd for a running step on node2: "real effective saved fs".
+stepd_uids() {
+    local pid
+    for pid in $(sandbox_pids slurmstepd); do
+        [[ $(ip netns identify "$pid") == "${SANDBOX_NETNS_PREFIX}2" ]] || continue
+        grep -q '\[[0-9]*\.0\]' "/proc/$pid/cmdline" 2>/dev/null || continue
+        awk '/^Uid:/ {print $2, $3}' "/proc/$pid/status"
+        # Its child that runs as the job user and is not the holder: the import.
+        pgrep -P "$pid" -u slwuser >/dev/null && echo importing
+    done
+}
+
+test_slurmstepd_stays_root_while_a_node_imports() {
+    local digest samples=0 user_samples=0 out
+    digest=$(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$IMAGE")
+    rm -rf "$CACHE/images/${digest#sha256:}"   # the blobs stay: the import unpacks again
+    "$SANDBOX" exec -- timeout 120 srun -N1 -w node2 -K --container-image="$IMAGE" true \
+        >/dev/null 2>&1 &
+    local job=$! deadline=$((SECONDS + 100))
+    while kill -0 "$job" 2>/dev/null && ((SECONDS < deadline)); do
+        out=$(stepd_uids)
+        if [[ $out == *importing* ]]; then
+            samples=$((samples + 1))
+            [[ $(head -n1 <<<"$out") == "0 0" ]] || user_samples=$((user_samples + 1))
+        fi
+        sleep 0.05
+    done
+    wait "$job" || fail "the step failed"
+    ((samples >= 3)) || skip "the import was too quick to observe ($samples samples)"
+    assert_equal 0 "$user_samples" "samples (of $samples) where slurmstepd was not root during the import"
+}
