@@ -2,7 +2,6 @@
 // between requests keeps the connection and DNS caches, so a pull reuses one TCP/TLS connection.
 #include "image/http.h"
 
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -12,14 +11,13 @@
 #include <mutex>
 
 #include "common/unique_fd.h"
+#include "image/curl_api.h"
 
 namespace slipway::launcher {
 namespace {
 
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
+// The loaded libcurl; HttpClient checks that it loaded before any call (see curl_api.h).
+const CurlApi& C() { return **curl_api(); }
 
 Result<std::string> read_small_file(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -111,104 +109,115 @@ struct HttpClient::Impl {
   CURL* curl = nullptr;
   std::string ca_blob;  // default bundle + opts.ca_file, when a CA file is given
   std::string capath;   // or: the system CA directory, with opts.ca_file as CAINFO
-  Status ca_status;
+  Status setup_status;  // libcurl missing, or an unreadable CA file: the first request says so
   char errbuf[CURL_ERROR_SIZE] = {};
 };
 
 HttpClient::HttpClient(HttpOptions opts) : impl_(std::make_unique<Impl>()) {
-  global_init();
   impl_->opts = std::move(opts);
-  impl_->curl = curl_easy_init();
+  if (auto api = curl_api(); !api.ok()) {
+    impl_->setup_status = api.status();  // reported by the first request
+    return;
+  }
+  impl_->curl = C().easy_init();
   if (impl_->opts.ca_file.empty()) return;
   // CURLOPT_CAINFO alone would replace the system store; the extra CA is "in addition to" it.
   // With a system CA directory (hashed, looked up lazily by OpenSSL) the file goes in CAINFO
   // and the directory in CAPATH: no parsing of the whole system bundle per client.
   char* capath = nullptr;
-  if (curl_easy_getinfo(impl_->curl, CURLINFO_CAPATH, &capath) == CURLE_OK && capath && *capath &&
+  if (C().easy_getinfo(impl_->curl, CURLINFO_CAPATH, &capath) == CURLE_OK && capath && *capath &&
       ::access(impl_->opts.ca_file.c_str(), R_OK) == 0) {
     impl_->capath = capath;
     return;
   }
   char* def = nullptr;
   std::string blob;
-  if (curl_easy_getinfo(impl_->curl, CURLINFO_CAINFO, &def) == CURLE_OK && def) {
+  if (C().easy_getinfo(impl_->curl, CURLINFO_CAINFO, &def) == CURLE_OK && def) {
     auto sys = read_small_file(def);
     if (sys.ok()) blob = std::move(*sys) + "\n";
   }
   auto extra = read_small_file(impl_->opts.ca_file);
   if (!extra.ok()) {
-    impl_->ca_status = extra.status();
+    impl_->setup_status = extra.status();
     return;
   }
   impl_->ca_blob = blob + *extra;
 }
 
 HttpClient::~HttpClient() {
-  if (impl_ && impl_->curl) curl_easy_cleanup(impl_->curl);
+  if (impl_ && impl_->curl) C().easy_cleanup(impl_->curl);
 }
 
 Result<HttpResponse> HttpClient::perform(const HttpRequest& req, const BodySink* sink,
                                          TransportError* kind, uint64_t max_body) {
   *kind = TransportError::kNone;
-  if (!impl_->ca_status.ok()) return impl_->ca_status;
+  if (!impl_->setup_status.ok()) return impl_->setup_status;
   if (!impl_->curl) return Status::error("curl_easy_init failed", ENOMEM);
   CURL* c = impl_->curl;
-  curl_easy_reset(c);
+  C().easy_reset(c);
   HttpResponse resp;
   Transfer t{sink, &resp, max_body, 0, Status()};
   curl_slist* hdrs = nullptr;
-  for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
-  curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 8L);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, impl_->opts.connect_timeout_s);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, impl_->opts.low_speed_time_s);
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "slipway/0.1");
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, impl_->errbuf);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  for (const auto& h : req.headers) hdrs = C().slist_append(hdrs, h.c_str());
+  C().easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  C().easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+  C().easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  C().easy_setopt(c, CURLOPT_MAXREDIRS, 8L);
+  C().easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  C().easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  C().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  C().easy_setopt(c, CURLOPT_CONNECTTIMEOUT, impl_->opts.connect_timeout_s);
+  C().easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  C().easy_setopt(c, CURLOPT_LOW_SPEED_TIME, impl_->opts.low_speed_time_s);
+  C().easy_setopt(c, CURLOPT_USERAGENT, "slipway/0.1");
+  C().easy_setopt(c, CURLOPT_ERRORBUFFER, impl_->errbuf);
+  C().easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  C().easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  C().easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  C().easy_setopt(c, CURLOPT_WRITEDATA, &t);
   if (!req.user.empty()) {
-    curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
-    curl_easy_setopt(c, CURLOPT_USERNAME, req.user.c_str());
-    curl_easy_setopt(c, CURLOPT_PASSWORD, req.password.c_str());
+    C().easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+    C().easy_setopt(c, CURLOPT_USERNAME, req.user.c_str());
+    C().easy_setopt(c, CURLOPT_PASSWORD, req.password.c_str());
   }
   if (!impl_->capath.empty()) {
-    curl_easy_setopt(c, CURLOPT_CAINFO, impl_->opts.ca_file.c_str());
-    curl_easy_setopt(c, CURLOPT_CAPATH, impl_->capath.c_str());
+    C().easy_setopt(c, CURLOPT_CAINFO, impl_->opts.ca_file.c_str());
+    C().easy_setopt(c, CURLOPT_CAPATH, impl_->capath.c_str());
   }
   if (!impl_->ca_blob.empty()) {
     curl_blob b{impl_->ca_blob.data(), impl_->ca_blob.size(), CURL_BLOB_COPY};
-    curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &b);
+    C().easy_setopt(c, CURLOPT_CAINFO_BLOB, &b);
   }
   impl_->errbuf[0] = 0;
-  CURLcode rc = curl_easy_perform(c);
-  curl_slist_free_all(hdrs);
+  CURLcode rc = C().easy_perform(c);
+  C().slist_free_all(hdrs);
   if (!t.sink_status.ok()) return t.sink_status;
   if (rc != CURLE_OK) {
     *kind = classify(rc);
-    std::string why = impl_->errbuf[0] ? impl_->errbuf : curl_easy_strerror(rc);
+    std::string why = impl_->errbuf[0] ? impl_->errbuf : C().easy_strerror(rc);
     long os_errno = 0;
-    curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
+    C().easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
     if (*kind == TransportError::kConnect && os_errno != 0)
       why = std::strerror(static_cast<int>(os_errno));
     return Status::error(why, rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO);
   }
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+  C().easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
   return resp;
 }
 
+// RFC 3986: unreserved characters stay, every other byte becomes %XX (as curl_easy_escape).
 std::string url_escape(const std::string& s) {
-  global_init();
-  char* e = curl_easy_escape(nullptr, s.c_str(), static_cast<int>(s.size()));
-  std::string out = e ? e : "";
-  curl_free(e);
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char ch : s) {
+    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+  }
   return out;
 }
 

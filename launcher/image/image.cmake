@@ -7,7 +7,7 @@ target_sources(slipway_launcher PRIVATE
   image/digest.cc
   image/fs_beneath.cc
   image/gzip_source.cc
-  image/http.cc
+  image/http.cc image/curl_api.cc
   image/image_ref.cc
   image/import.cc
   image/import_build.cc
