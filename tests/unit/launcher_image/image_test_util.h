@@ -49,3 +49,10 @@ void write_text(const std::string& path, const std::string& data);
 void remove_all(const std::string& path);
 // Entries of directory PATH, without . and .. (-1 if it cannot be read).
 int count_entries(const std::string& path);
+
+// Compares std::strings in a Check test (ck_assert_str_eq wants C strings that outlive the macro).
+#define ASSERT_SAME_STR(a, b)                                           \
+  do {                                                                  \
+    std::string a_ = (a), b_ = (b);                                     \
+    ck_assert_msg(a_ == b_, "'%s' != '%s'", a_.c_str(), b_.c_str());     \
+  } while (0)

@@ -19,13 +19,6 @@
 
 using namespace slipway::launcher;
 
-// Compares std::strings (ck_assert_str_eq wants C strings that outlive the macro).
-#define ASSERT_SAME_STR(a, b)                                                        \
-  do {                                                                                \
-    std::string a_ = (a), b_ = (b);                                                   \
-    ck_assert_msg(a_ == b_, "'%s' != '%s'", a_.c_str(), b_.c_str());                  \
-  } while (0)
-
 static const char* kConfig =
     R"({"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin","A=1"],)"
     R"("Cmd":["/bin/sh"],"WorkingDir":"/w","User":"1000"},"rootfs":{"type":"layers"}})";

@@ -16,12 +16,6 @@
 
 using namespace slipway::launcher;
 
-#define ASSERT_SAME_STR(a, b)                                                        \
-  do {                                                                                \
-    std::string a_ = (a), b_ = (b);                                                   \
-    ck_assert_msg(a_ == b_, "'%s' != '%s'", a_.c_str(), b_.c_str());                  \
-  } while (0)
-
 static const char* kConfigPrefix =
     R"({"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin","L=1"],"Cmd":["/bin/sh"]},)";
 
