@@ -3,6 +3,7 @@
 #include "import_child.h"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,12 +93,34 @@ void send(int fd, char type, std::string_view body) {
 
 }  // namespace
 
+namespace {
+// setresuid(2) as the kernel does it: for the calling thread only (glibc's wrapper would apply it
+// to every thread of the process).
+int thread_seteuid(uid_t euid) {
+  return static_cast<int>(syscall(SYS_setresuid, static_cast<uid_t>(-1), euid, static_cast<uid_t>(-1)));
+}
+}  // namespace
+
+OnlyThisThreadIsTheUser::OnlyThisThreadIsTheUser() : user_(geteuid()) {
+  if (getuid() != 0 || user_ == 0) return;
+  if (seteuid(0) != 0) return;  // every thread root again
+  active_ = true;
+  if (thread_seteuid(user_) != 0) log_error("cannot act as the job user in user_init");
+}
+
+OnlyThisThreadIsTheUser::~OnlyThisThreadIsTheUser() {
+  if (!active_) return;
+  // This thread back to root first, so that glibc's seteuid may set every thread to the user.
+  if (thread_seteuid(0) != 0 || seteuid(user_) != 0)
+    log_error("cannot return to the job user's identity after user_init");
+}
+
 EuidRoot::EuidRoot() : saved_(geteuid()) {
-  raised_ = getuid() == 0 && saved_ != 0 && seteuid(0) == 0;
+  raised_ = getuid() == 0 && saved_ != 0 && thread_seteuid(0) == 0;
 }
 
 EuidRoot::~EuidRoot() {
-  if (raised_ && seteuid(saved_) != 0) log_error("cannot return to the job user's identity");
+  if (raised_ && thread_seteuid(saved_) != 0) log_error("cannot return to the job user's identity");
 }
 
 launcher::Result<launcher::ImportedImage> import_as_user(

@@ -14,7 +14,24 @@
 
 namespace slipway::spank {
 
-// While alive, the process's effective uid is 0 (when the real uid is 0); restored after.
+// For the whole of user_init: every slurmstepd thread acts as root again (glibc's seteuid(0) is
+// process-wide), except the calling thread, which keeps the job user's effective uid through a
+// raw setresuid(2), which the kernel applies to one thread only. On destruction, Slurm's state
+// comes back: the job user's effective uid in every thread.
+class OnlyThisThreadIsTheUser {
+ public:
+  OnlyThisThreadIsTheUser();
+  ~OnlyThisThreadIsTheUser();
+  OnlyThisThreadIsTheUser(const OnlyThisThreadIsTheUser&) = delete;
+  OnlyThisThreadIsTheUser& operator=(const OnlyThisThreadIsTheUser&) = delete;
+
+ private:
+  uid_t user_ = 0;
+  bool active_ = false;
+};
+
+// While alive, the calling thread's effective uid is 0 (real uid 0 required); restored after. For
+// waiting on children that become the user themselves, so no thread acts as the user meanwhile.
 class EuidRoot {
  public:
   EuidRoot();

@@ -90,6 +90,9 @@ launcher::Status setup_step(spank_t sp, PluginState& st) {
 }  // namespace
 
 int remote_user_init(spank_t sp) {
+  // slurmstepd's other threads (its PMIx server authenticating peers through munge) must not act
+  // as the job user while we work here (import_child.h).
+  OnlyThisThreadIsTheUser identity;
   PluginState& st = state();
   // Relative paths in options are the submission directory's (SLURM_SUBMIT_DIR; PWD may be unset).
   load_remote_options(sp, job_getenv(sp, "SLURM_SUBMIT_DIR").value_or(job_getenv(sp, "PWD").value_or("/")));

@@ -164,7 +164,10 @@ test_scancel_of_a_step_stops_its_containers() {
     holders=$(job_holders "$jobid")
     wait_until 10 holders_are 0 "" || fail "$(count_holders "$jobid") holders still running 10 s after scancel of step $jobid.0"
     local left
-    left=$(for p in $(job_user_pids); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done | grep 'sleep 300' || true)
+    # The tasks themselves (the batch script's srun, whose arguments also say "sleep 300", may
+    # still be on its way out).
+    left=$(for p in $(job_user_pids); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done |
+        grep -E '^(/usr)?(/bin/)?sleep 300' || true)
     run_job scancel "$jobid"
     assert_equal "" "$left" "tasks of the cancelled step"
     for pid in $holders; do [[ ! -e /proc/$pid ]] || fail "holder $pid survived scancel of the step"; done
