@@ -11,7 +11,7 @@ setup_file() {
 
 test_explain_prints_every_task_and_runs_nothing() {
     local marker=/tmp/slipway-explain-ran-$$
-    run_job srun -N2 --ntasks-per-node=2 -K --container-image="$DEBIAN_PYTHON" --dl-host-libs=mpi \
+    run_job srun -N2 -w node[1-2] --ntasks-per-node=2 -K --container-image="$DEBIAN_PYTHON" --dl-host-libs=mpi \
         --dl-gpus=none --dl-explain sh -c "touch $marker; exit 3"
     assert_success
     local r
@@ -41,6 +41,6 @@ test_explain_shows_what_would_fail() {
     run_job srun -N1 -n2 -K --container-image="$MPICH_ABI" --dl-gpus=1 --dl-explain true
     assert_failure
     # Either task says it (with srun -K, the first task to fail may take the other down first).
-    [[ $output =~ "slipway-explain: task "[01]": would fail: --dl-gpus=1: 2 tasks need 2 GPUs, but there are 0 in the step's GPUs on node1 (all 0 GPUs of the node (no GRES))" ]] ||
+    [[ $output =~ "slipway-explain: task "[01]": would fail: --dl-gpus=1: 2 tasks need 2 GPUs, but there are 0 in the step's GPUs on node"[0-9]+" (all 0 GPUs of the node (no GRES))" ]] ||
         fail "no task explains the GPU shortage:"$'\n'"$output"
 }
