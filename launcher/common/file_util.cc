@@ -8,8 +8,10 @@
 
 namespace slipway::launcher {
 
-Result<std::string> read_file_limited(const std::string& path, size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+Result<std::string> read_file_limited(const std::string& path, size_t max_bytes,
+                                      Symlinks symlinks) {
+  const int nofollow = symlinks == Symlinks::kRefuse ? O_NOFOLLOW : 0;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | nofollow));
   if (!fd.valid()) return Status::from_errno("open " + path, errno);
   std::string out;
   char buf[65536];

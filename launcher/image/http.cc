@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/file_util.h"
 #include "common/unique_fd.h"
 #include "image/curl_api.h"
 
@@ -20,18 +21,9 @@ namespace {
 const CurlApi& C() { return **curl_api(); }
 
 Result<std::string> read_small_file(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::from_errno("open CA file " + path, errno);
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::from_errno("read CA file " + path, errno);
-    if (n == 0) return out;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > (64u << 20)) return Status::error("CA file " + path + " is too large");
-  }
+  auto text = read_file_limited(path, 64u << 20, Symlinks::kFollow);
+  if (!text.ok()) return text.status().context("CA file");
+  return text;
 }
 
 struct Transfer {

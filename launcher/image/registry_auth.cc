@@ -1,12 +1,10 @@
 // WWW-Authenticate parsing and the credentials file (see registry_auth.h).
 #include "image/registry_auth.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cctype>
 
-#include "common/unique_fd.h"
+#include "common/file_util.h"
 
 namespace slipway::launcher {
 namespace {
@@ -96,18 +94,10 @@ Result<std::map<std::string, Credentials>> parse_credentials(std::string_view te
 
 Result<std::map<std::string, Credentials>> read_credentials_file(const std::string& path) {
   if (path.empty()) return std::map<std::string, Credentials>{};
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid() && errno == ENOENT) return std::map<std::string, Credentials>{};
-  if (!fd.valid()) return Status::from_errno("open credentials file " + path, errno);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::from_errno("read credentials file " + path, errno);
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > (1u << 20)) return Status::error("credentials file " + path + " too large");
-  }
-  auto creds = parse_credentials(text);
+  auto text = read_file_limited(path, 1u << 20, Symlinks::kFollow);
+  if (!text.ok() && text.status().error_number() == ENOENT) return std::map<std::string, Credentials>{};
+  if (!text.ok()) return text.status().context("credentials file");
+  auto creds = parse_credentials(*text);
   if (!creds.ok()) return creds.status().context(path);
   return creds;
 }
