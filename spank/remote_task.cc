@@ -26,11 +26,6 @@ bool is_dir(const std::string& p) {
   return !p.empty() && stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-bool is_under(const std::string& path, const std::string& dir) {
-  return !dir.empty() && path.compare(0, dir.size(), dir) == 0 &&
-         (path.size() == dir.size() || path[dir.size()] == '/' || dir == "/");
-}
-
 std::string current_dir() {
   char buf[4096];
   return getcwd(buf, sizeof buf) ? std::string(buf) : std::string("/");
@@ -50,15 +45,7 @@ launcher::TaskView task_view(spank_t sp, const PluginState& st) {
                           .recursive = false});
   if (auto pmix = job_getenv(sp, "PMIX_SERVER_TMPDIR"); pmix && is_dir(*pmix))
     view.binds.push_back({.source = *pmix, .destination = *pmix});
-  if (!st.options.workdir.empty()) {
-    view.workdir = st.options.workdir;
-    return view;
-  }
-  const std::string cwd = current_dir();
-  bool covered = cwd == "/" || is_under(cwd, "/tmp");
-  for (const auto& b : st.spec.binds) covered = covered || is_under(cwd, b.destination);
-  if (!covered && is_dir(cwd)) view.binds.push_back({.source = cwd, .destination = cwd});
-  view.workdir = cwd;
+  launcher::add_working_directory(st.options, st.spec, current_dir(), view);
   return view;
 }
 

@@ -131,18 +131,9 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
 
 TaskView task_view(const Prepared& p) {
   TaskView view;
-  if (!p.opts.workdir.empty()) {
-    view.workdir = p.opts.workdir;
-    return view;
-  }
-  const std::string cwd = current_dir();
-  bool covered = cwd == "/" || cwd.rfind("/tmp/", 0) == 0;
-  for (const auto& b : p.spec.binds)
-    covered = covered || cwd == b.destination || cwd.rfind(b.destination + "/", 0) == 0;
-  if (!covered) view.binds.push_back({.source = cwd, .destination = cwd});
-  view.workdir = cwd;
   if (const char* pmix = getenv("PMIX_SERVER_TMPDIR"))
     view.binds.push_back({.source = pmix, .destination = pmix, .optional = true});
+  add_working_directory(p.opts, p.spec, current_dir(), view);
   return view;
 }
 

@@ -66,6 +66,25 @@ Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& si
   return spec;
 }
 
+namespace {
+bool is_under(const std::string& path, const std::string& dir) {
+  return !dir.empty() && path.compare(0, dir.size(), dir) == 0 &&
+         (path.size() == dir.size() || path[dir.size()] == '/' || dir == "/");
+}
+}  // namespace
+
+void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const std::string& cwd,
+                           TaskView& view) {
+  if (!opts.workdir.empty()) {
+    view.workdir = opts.workdir;
+    return;
+  }
+  bool covered = cwd == "/" || is_under(cwd, "/tmp");
+  for (const auto& b : spec.binds) covered = covered || is_under(cwd, b.destination);
+  if (!covered && is_dir(cwd)) view.binds.push_back({.source = cwd, .destination = cwd});
+  view.workdir = cwd;
+}
+
 bool image_may_set(const JobOptions& opts, const std::string& name) {
   for (const char* p : {"SLURM_", "PMIX_", "PMI_", "OMPI_", "SLIPWAY_"})
     if (name.rfind(p, 0) == 0) return false;

@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "image/cache.h"
 #include "options/job_options.h"
+#include "runtime/container.h"
 #include "runtime/launch_spec.h"
 
 namespace slipway::launcher {
@@ -52,6 +53,11 @@ Status record_named_container_image(const std::string& dir, const std::string& d
 // exported) override the job's environment, except the variables named by --container-env and the
 // per-task ones (SLURM_*, PMIX_*, PMI_*, OMPI_*, SLIPWAY_*), which the image never sets.
 bool image_may_set(const JobOptions& opts, const std::string& name);
+
+// A task's working directory: --container-workdir, else `cwd`, which is then bound into the
+// container unless "/", /tmp or one of the container's binds already covers it.
+void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const std::string& cwd,
+                           TaskView& view);
 
 // mkdir -p with mode 0700 for what it creates.
 Status make_private_dirs(const std::string& path);
