@@ -12,6 +12,7 @@
 #include "options/job_options.h"
 #include "remote_env.h"
 #include "runtime/container.h"
+#include "runtime/seccomp.h"
 #include "spank_c.h"
 
 namespace slipway::spank {
@@ -40,6 +41,7 @@ struct PluginState {
   std::optional<launcher::ImportedImage> image;  // set by user_init on success
   launcher::LaunchSpec spec;                     // the node's container, as the holder built it
   launcher::ContainerHolder holder;              // the node's container for this step
+  std::optional<launcher::SeccompProgram> seccomp;  // --container-remap-root, for every task
   std::string cache_dir;                         // the node cache this step uses
   std::string deferred_error;                    // set by user_init on failure
   std::string named_dir;                         // --container-name: its directory on this node

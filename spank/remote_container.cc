@@ -140,6 +140,13 @@ Status start_node_container(spank_t sp, PluginState& st) {
   auto spec = launcher::plan_container(st.options, site_defaults(st.config), in);
   SLIPWAY_TRY(spec);
   SLIPWAY_TRY(prepare_dl_node(sp, st, *spec));
+  // Compiled here, in slurmstepd itself: tasks are forked from a threaded process and then enter
+  // the container, where neither dlopen(3) nor the host's libseccomp should be used.
+  if (spec->remap_root) {
+    auto filter = launcher::compile_fake_root_filter();
+    SLIPWAY_TRY(filter);
+    st.seccomp = std::move(*filter);
+  }
   if (!st.named_dir.empty() && !st.named_exists)
     SLIPWAY_TRY(launcher::record_named_container_image(st.named_dir, st.image->manifest_digest));
   // The holder becomes the user itself; slurmstepd's own threads stay root meanwhile.

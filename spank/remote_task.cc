@@ -109,8 +109,8 @@ int remote_task_init(spank_t sp) {
     log_error(std::string("prctl(PR_SET_NO_NEW_PRIVS): ") + strerror(errno));
     return -1;
   }
-  if (st.spec.remap_root) {
-    if (auto s = launcher::install_fake_root_filter(); !s.ok()) {
+  if (st.seccomp) {
+    if (auto s = launcher::install_seccomp(*st.seccomp); !s.ok()) {
       log_error(s.message());
       return -1;
     }

@@ -2,6 +2,7 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/unique_fd.h"
@@ -22,6 +23,16 @@ Result<std::string> read_file_limited(const std::string& path, size_t max_bytes,
     if (out.size() > max_bytes) return Status::error(path + " is too large", EFBIG);
   }
   return out;
+}
+
+Status make_dirs(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return Status();
+  if (errno != ENOENT) return Status::from_errno("mkdir " + path, errno);
+  const size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) SLIPWAY_TRY(make_dirs(path.substr(0, slash), mode));
+  if (::mkdir(path.c_str(), mode) == -1 && errno != EEXIST)
+    return Status::from_errno("mkdir " + path, errno);
+  return Status();
 }
 
 }  // namespace slipway::launcher

@@ -1,6 +1,8 @@
 // Small file helpers shared by the launcher: reading a whole small file with a size limit, by
-// default without following a symlink at its last component.
+// default without following a symlink at its last component; mkdir -p.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <string>
@@ -15,5 +17,9 @@ enum class Symlinks { kRefuse, kFollow };
 // kFollow is for files an admin or user names (CA bundles are often symlinks).
 Result<std::string> read_file_limited(const std::string& path, size_t max_bytes,
                                       Symlinks symlinks = Symlinks::kRefuse);
+
+// mkdir -p: creates `path` and its missing parents with `mode`. An existing path costs one mkdir(2)
+// (every launch runs this on its cache directories).
+Status make_dirs(const std::string& path, mode_t mode);
 
 }  // namespace slipway::launcher

@@ -10,20 +10,11 @@
 
 #include <cstring>
 
+#include "common/file_util.h"
 #include "image/fs_beneath.h"
 
 namespace slipway::launcher {
 namespace {
-
-Status mkdir_p(const std::string& path, mode_t mode) {
-  for (size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos != path.size() && path[pos] != '/') continue;
-    std::string prefix = path.substr(0, pos);
-    if (::mkdir(prefix.c_str(), mode) == -1 && errno != EEXIST)
-      return Status::from_errno("create cache directory " + prefix, errno);
-  }
-  return Status();
-}
 
 Status check_owned(const std::string& path) {
   struct stat st;
@@ -46,10 +37,14 @@ Status check_owned(const std::string& path) {
 
 std::string default_cache_dir(uid_t uid) { return "/var/tmp/slipway-" + std::to_string(uid); }
 
+bool NodeCache::is_trusted() const {
+  return !root_.empty() && root_.front() == '/' && check_owned(root_).ok();
+}
+
 Status NodeCache::ensure_layout() const {
   if (root_.empty() || root_.front() != '/')
     return Status::error("cache directory '" + root_ + "' is not an absolute path", EINVAL);
-  SLIPWAY_TRY(mkdir_p(root_, 0700));
+  if (Status st = make_dirs(root_, 0700); !st.ok()) return st.context("create the cache");
   SLIPWAY_TRY(check_owned(root_));
   for (const char* sub : {"/blobs", "/blobs/sha256", "/images", "/tmp", "/locks"}) {
     std::string p = root_ + sub;

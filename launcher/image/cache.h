@@ -31,6 +31,9 @@ class NodeCache {
   // Creates the root (mode 0700, parents as needed) and its subdirectories; the root must be a
   // directory owned by the effective uid and not writable by others.
   Status ensure_layout() const;
+  // Whether the cache exists and is safe to read (ours, not writable by others), creating nothing:
+  // the launch-from-cache path checks this instead of ensure_layout().
+  bool is_trusted() const;
 
   const std::string& root() const { return root_; }
   std::string blob_path(std::string_view digest) const;

@@ -1,4 +1,5 @@
-// Streaming SHA-256 over OpenSSL's EVP interface (see digest.h).
+// Streaming SHA-256 over OpenSSL's EVP interface (see digest.h), libcrypto loaded on first use
+// (common/lazy_library.h): a launch from the cache hashes nothing.
 #include "image/digest.h"
 
 #include <openssl/evp.h>
@@ -6,6 +7,29 @@
 
 #include <cerrno>
 #include <vector>
+
+namespace slipway::launcher {
+
+LazyLibrary& crypto_library() {
+  static LazyLibrary lib("libcrypto.so.3", "libssl3 (Debian) or openssl-libs (RHEL)");
+  return lib;
+}
+
+}  // namespace slipway::launcher
+
+namespace {
+using slipway::launcher::crypto_library;
+}  // namespace
+
+SLIPWAY_LAZY_FORWARD(crypto_library(), EVP_MD_CTX*, EVP_MD_CTX_new, (void), (), nullptr)
+SLIPWAY_LAZY_FORWARD_VOID(crypto_library(), EVP_MD_CTX_free, (EVP_MD_CTX * c), (c))
+SLIPWAY_LAZY_FORWARD(crypto_library(), const EVP_MD*, EVP_sha256, (void), (), nullptr)
+SLIPWAY_LAZY_FORWARD(crypto_library(), int, EVP_DigestInit_ex,
+                     (EVP_MD_CTX * c, const EVP_MD* md, ENGINE* e), (c, md, e), 0)
+SLIPWAY_LAZY_FORWARD(crypto_library(), int, EVP_DigestUpdate, (EVP_MD_CTX * c, const void* d, size_t n),
+                     (c, d, n), 0)
+SLIPWAY_LAZY_FORWARD(crypto_library(), int, EVP_DigestFinal_ex,
+                     (EVP_MD_CTX * c, unsigned char* md, unsigned int* n), (c, md, n), 0)
 
 namespace slipway::launcher {
 

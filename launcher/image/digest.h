@@ -6,9 +6,14 @@
 #include <string>
 #include <string_view>
 
+#include "common/lazy_library.h"
 #include "common/status.h"
 
 namespace slipway::launcher {
+
+// libcrypto, loaded on first use: call `crypto_library().load()` before hashing for an error that
+// names the fix (a Sha256 without it yields "sha256:", which matches no digest).
+LazyLibrary& crypto_library();
 
 class Sha256 {
  public:

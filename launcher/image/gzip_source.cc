@@ -16,6 +16,25 @@
 #include <vector>
 
 namespace slipway::launcher {
+
+LazyLibrary& isal_library() {
+  static LazyLibrary lib("libisal.so.2", "libisal2 (Debian) or isa-l (RHEL)");
+  return lib;
+}
+
+}  // namespace slipway::launcher
+
+namespace {
+using slipway::launcher::isal_library;
+}  // namespace
+
+SLIPWAY_LAZY_FORWARD(isal_library(), int, isal_inflate, (struct inflate_state * s), (s), ISAL_INVALID_STATE)
+SLIPWAY_LAZY_FORWARD_VOID(isal_library(), isal_inflate_init, (struct inflate_state * s), (s))
+SLIPWAY_LAZY_FORWARD_VOID(isal_library(), isal_inflate_reset, (struct inflate_state * s), (s))
+SLIPWAY_LAZY_FORWARD(isal_library(), int, isal_deflate, (struct isal_zstream * z), (z), ISAL_INVALID_STATE)
+SLIPWAY_LAZY_FORWARD_VOID(isal_library(), isal_deflate_init, (struct isal_zstream * z), (z))
+
+namespace slipway::launcher {
 namespace {
 constexpr size_t kChunk = 1 << 20;
 constexpr size_t kChunks = 4;
@@ -104,6 +123,7 @@ void GzipSource::Impl::run() {
 }
 
 Result<std::unique_ptr<GzipSource>> GzipSource::open(int fd) {
+  SLIPWAY_TRY(isal_library().load());
   struct stat sb;
   if (::fstat(fd, &sb) == -1) return Status::from_errno("stat layer", errno);
   if (sb.st_size < 18) return Status::error("gzip layer is truncated", EBADMSG);

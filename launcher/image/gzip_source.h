@@ -6,9 +6,13 @@
 #include <memory>
 #include <string>
 
+#include "common/lazy_library.h"
 #include "common/status.h"
 
 namespace slipway::launcher {
+
+// ISA-L, loaded on first use (common/lazy_library.h); without it layers inflate through libarchive.
+LazyLibrary& isal_library();
 
 class GzipSource {
  public:

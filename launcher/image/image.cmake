@@ -2,6 +2,7 @@
 # node cache and the import orchestration. ISA-L inflates gzip layers (see gzip_source.h).
 pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
 target_sources(slipway_launcher PRIVATE
+  image/archive_lazy.cc
   image/cache.cc
   image/cache_admin.cc
   image/digest.cc
@@ -17,4 +18,5 @@ target_sources(slipway_launcher PRIVATE
   image/manifest_handoff.cc
   image/registry.cc
   image/registry_auth.cc)
-target_link_libraries(slipway_launcher PRIVATE PkgConfig::ISAL)
+# ISA-L is loaded with dlopen on first use (gzip_source.h): headers only.
+target_include_directories(slipway_launcher PRIVATE ${ISAL_INCLUDE_DIRS})

@@ -81,9 +81,11 @@ Result<ImportedImage> find_cached_image(const NodeCache& cache, std::string_view
 Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opts) {
   if (ref.kind != ImageRef::Kind::kRegistry) return import_local_image(ref, opts);
   NodeCache cache(opts.cache_dir);
-  SLIPWAY_TRY(cache.ensure_layout());
-  if (!ref.digest.empty())  // pinned and cached: not even a registry client (CA bundle, curl)
+  // Pinned and cached: no registry client (CA bundle, curl), and nothing to create.
+  if (!ref.digest.empty() && cache.is_trusted())
     if (auto img = cached_and_touched(cache, ref.digest); img.ok()) return img;
+  SLIPWAY_TRY(cache.ensure_layout());
+  SLIPWAY_TRY(crypto_library().load());  // manifests and blobs are verified from here on
   Progress progress(opts.progress);
   RegistryClient client(ref, opts.registry);
   std::optional<FetchedManifest> fm;

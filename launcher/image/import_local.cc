@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "image/archive_lazy.h"
 #include "image/digest.h"
 #include "image/fs_beneath.h"
 #include "image/import_build.h"
@@ -392,6 +393,8 @@ Result<LocalImage> read_local(LocalSource& src, const std::string& image) {
 }  // namespace
 
 Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOptions& opts) {
+  SLIPWAY_TRY(archive_library().load());
+  SLIPWAY_TRY(crypto_library().load());
   NodeCache cache(opts.cache_dir);
   SLIPWAY_TRY(cache.ensure_layout());
   Progress progress(opts.progress);

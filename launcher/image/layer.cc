@@ -14,6 +14,7 @@
 #include <memory>
 #include <unordered_set>
 
+#include "image/archive_lazy.h"
 #include "image/fs_beneath.h"
 #include "image/gzip_source.h"
 
@@ -265,6 +266,7 @@ la_ssize_t read_gzip(archive* a, void* client, const void** buf) {
 }  // namespace
 
 Status apply_layer(int rootfd, int layer_fd, UnpackBudget& budget, UnpackStats* stats) {
+  SLIPWAY_TRY(archive_library().load());
   UnpackStats local;
   std::unique_ptr<GzipSource> gzip;  // declared before the archive: it must outlive it
   if (is_gzip_file(layer_fd)) {

@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "common/file_util.h"
 #include "image/fs_beneath.h"
 
 namespace slipway::launcher {
@@ -93,14 +94,7 @@ bool image_may_set(const JobOptions& opts, const std::string& name) {
   return true;
 }
 
-Status make_private_dirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    std::string p = path.substr(0, i);
-    if (mkdir(p.c_str(), 0700) == -1 && errno != EEXIST) return Status::from_errno("mkdir " + p, errno);
-  }
-  return Status();
-}
+Status make_private_dirs(const std::string& path) { return make_dirs(path, 0700); }
 
 Status remove_dir_tree(const std::string& path) {
   size_t slash = path.rfind('/');

@@ -138,28 +138,51 @@ constexpr std::array<std::array<const char*, 2>, 5> kDevLinks = {{{"fd", "/proc/
                                                                   {"stderr", "/proc/self/fd/2"},
                                                                   {"ptmx", "pts/ptmx"}}};
 
+// Binds host /dev/NAME onto a new NAME in `dev` (our fresh tmpfs: nothing in it can be a symlink
+// planted by the image, so plain openat/mkdirat are safe). A node the host lacks is left out.
+Status bind_dev_entry(int dev, const char* name, BindFlags flags) {
+  const std::string host = std::string("/dev/") + name;
+  UniqueFd tree(open_tree(AT_FDCWD, host.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!tree.valid()) return errno == ENOENT ? Status() : Status::from_errno("bind " + host, errno);
+  struct mount_attr attr = {};
+  attr.attr_set = MOUNT_ATTR_NOSUID | (flags.allow_devices ? 0 : MOUNT_ATTR_NODEV);
+  SLIPWAY_SYS(mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr),
+              "bind " + host + ": set mount flags");
+  struct stat st;
+  SLIPWAY_SYS(fstat(tree.get(), &st), "stat " + host);
+  UniqueFd target;
+  if (S_ISDIR(st.st_mode)) {
+    SLIPWAY_SYS(mkdirat(dev, name, 0755), "mkdir " + host + " in container");
+    target.reset(openat(dev, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  } else {
+    target.reset(openat(dev, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  }
+  if (!target.valid()) return Status::from_errno("create " + host + " in container", errno);
+  SLIPWAY_SYS(move_mount(tree.get(), "", target.get(), "",
+                         MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+              "bind " + host);
+  return Status();
+}
+
 // A fresh /dev holding only the harmless device nodes (bound from the host: a tmpfs made in a user
 // namespace cannot hold usable device nodes), shared memory and ptys.
 Status mount_dev(int root_fd) {
-  auto dev = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
-  SLIPWAY_TRY(dev);
-  SLIPWAY_SYS(mount("tmpfs", fd_path(dev->get()).c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC,
+  auto point = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
+  SLIPWAY_TRY(point);
+  SLIPWAY_SYS(mount("tmpfs", fd_path(point->get()).c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC,
                     "mode=0755,size=64k"),
               "mount tmpfs on /dev");
-  for (const char* node : kDeviceNodes) {
-    std::string host = std::string("/dev/") + node;
-    if (access(host.c_str(), F_OK) != 0) continue;
-    SLIPWAY_TRY(bind_at(root_fd, host, host, {.recursive = false, .allow_devices = true}));
-  }
-  SLIPWAY_TRY(bind_at(root_fd, "/dev/shm", "/dev/shm", {.recursive = false}));
-  SLIPWAY_TRY(bind_at(root_fd, "/dev/pts", "/dev/pts", {.recursive = false, .allow_devices = true}));
-  // dev->get() names the mount point under the tmpfs; resolve again to land on the tmpfs itself.
+  // point->get() names the mount point under the tmpfs; resolve again to land on the tmpfs itself.
   auto top = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
   SLIPWAY_TRY(top);
-  UniqueFd topdir(openat(top->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!topdir.valid()) return Status::from_errno("open /dev in container", errno);
+  UniqueFd dev(openat(top->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dev.valid()) return Status::from_errno("open /dev in container", errno);
+  for (const char* node : kDeviceNodes)
+    SLIPWAY_TRY(bind_dev_entry(dev.get(), node, {.recursive = false, .allow_devices = true}));
+  SLIPWAY_TRY(bind_dev_entry(dev.get(), "shm", {.recursive = false}));
+  SLIPWAY_TRY(bind_dev_entry(dev.get(), "pts", {.recursive = false, .allow_devices = true}));
   for (const auto& link : kDevLinks)
-    SLIPWAY_SYS(symlinkat(link[1], topdir.get(), link[0]), std::string("symlink /dev/") + link[0]);
+    SLIPWAY_SYS(symlinkat(link[1], dev.get(), link[0]), std::string("symlink /dev/") + link[0]);
   return Status();
 }
 
@@ -249,9 +272,10 @@ Status build_container(const LaunchSpec& spec) {
   return Status();
 }
 
-Status enter_root(const LaunchSpec& spec, const TaskView& task) {
-  // This task's own copy of every mount: what it binds or unmounts now no other task sees.
-  SLIPWAY_SYS(unshare(CLONE_NEWNS), "unshare the task's mount namespace");
+namespace {
+
+// Into the built root: the task's binds, pivot_root, chdir.
+Status enter_built_root(const LaunchSpec& spec, const TaskView& task) {
   const std::string root = root_of(spec);
   UniqueFd root_fd(open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root_fd.valid()) return Status::from_errno("open " + root, errno);
@@ -259,9 +283,18 @@ Status enter_root(const LaunchSpec& spec, const TaskView& task) {
   return pivot_into(root, task);
 }
 
-Status enter_container(const LaunchSpec& spec) {
+}  // namespace
+
+Status enter_root(const LaunchSpec& spec, const TaskView& task) {
+  // This task's own copy of every mount: what it binds or unmounts now no other task sees.
+  SLIPWAY_SYS(unshare(CLONE_NEWNS), "unshare the task's mount namespace");
+  return enter_built_root(spec, task);
+}
+
+Status enter_container(const LaunchSpec& spec, const TaskView& task) {
   SLIPWAY_TRY(build_container(spec));
-  return enter_root(spec, TaskView{{}, spec.workdir});
+  // No other task shares this namespace: copying it again (~0.25 ms, bench/launch) buys nothing.
+  return enter_built_root(spec, task);
 }
 
 Status join_container(const ContainerHolder& holder, const LaunchSpec& spec, const TaskView& task) {

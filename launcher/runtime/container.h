@@ -6,7 +6,8 @@
 //                      keeping the namespaces alive for the step's tasks;
 //   join_container()   a task setns()es into the holder's namespaces, then enter_root();
 //   enter_root()       a private child mount namespace with the task's own binds, pivot_root, chdir;
-//   enter_container()  build_container() + enter_root() in one process (no holder), for one task.
+//   enter_container()  build_container() and into the root in one process (no holder), for a
+//                      container with a single task: its namespace needs no private child.
 #pragma once
 
 #include <sys/types.h>
@@ -29,7 +30,10 @@ struct TaskView {
 
 Status build_container(const LaunchSpec& spec);
 Status enter_root(const LaunchSpec& spec, const TaskView& task);
-Status enter_container(const LaunchSpec& spec);
+Status enter_container(const LaunchSpec& spec, const TaskView& task);
+inline Status enter_container(const LaunchSpec& spec) {
+  return enter_container(spec, TaskView{{}, spec.workdir});
+}
 
 // The holder of a node's container: a child process that owns its namespaces.
 class ContainerHolder {

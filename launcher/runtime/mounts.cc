@@ -50,6 +50,14 @@ Result<UniqueFd> make_mount_point(int root_fd, const std::string& path, NodeKind
     if (!fd.valid()) return Status::from_errno("open container root", errno);
     return fd;
   }
+  // Most mount points exist (/proc, /sys, /tmp): one lookup. Otherwise walk and create.
+  {
+    std::string whole;
+    for (const auto& p : *parts) whole += (whole.empty() ? "" : "/") + p;
+    UniqueFd fd(openat2_in_root(root_fd, whole, O_PATH));
+    if (fd.valid()) return fd;
+    if (errno != ENOENT) return Status::from_errno("open '/" + whole + "' in container", errno);
+  }
   std::string rel;
   for (size_t k = 0; k < parts->size(); ++k) {
     const bool last = k + 1 == parts->size();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 
 #include "runtime/seccomp.h"
 
@@ -22,7 +23,7 @@ namespace {
 
 [[noreturn]] void child(const ContainerHolder& holder, const LaunchSpec& spec,
                         const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                        int out_fd, int fd3) {
+                        const std::optional<SeccompProgram>& filter, int out_fd, int fd3) {
   int null_fd = open("/dev/null", O_RDONLY);
   if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0 ||
       dup2(fd3, 3) < 0)
@@ -33,7 +34,7 @@ namespace {
   close_range(4, ~0U, 0);  // nothing of slurmstepd's (nor the namespace fds) reaches the command
   if (st.ok() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     st = Status::from_errno("prctl(PR_SET_NO_NEW_PRIVS)", errno);
-  if (st.ok() && spec.remap_root) st = install_fake_root_filter();
+  if (st.ok() && filter) st = install_seccomp(*filter);
   if (!st.ok()) {
     (void)!write(2, st.message().data(), st.message().size());
     _exit(121);
@@ -85,6 +86,12 @@ Result<RunResult> run_in_container(const ContainerHolder& holder, const LaunchSp
                                    const std::vector<std::string>& argv,
                                    const std::vector<std::string>& env, int timeout_s) {
   if (argv.empty()) return Status::error("nothing to run", EINVAL);
+  std::optional<SeccompProgram> filter;  // compiled before fork: the child only installs it
+  if (spec.remap_root) {
+    auto compiled = compile_fake_root_filter();
+    SLIPWAY_TRY(compiled);
+    filter = std::move(*compiled);
+  }
   int out[2], extra[2];
   SLIPWAY_SYS(pipe2(out, O_CLOEXEC), "pipe2");
   UniqueFd out_r(out[0]), out_w(out[1]);
@@ -92,7 +99,7 @@ Result<RunResult> run_in_container(const ContainerHolder& holder, const LaunchSp
   UniqueFd extra_r(extra[0]), extra_w(extra[1]);
   pid_t pid = fork();
   if (pid < 0) return Status::from_errno("fork", errno);
-  if (pid == 0) child(holder, spec, argv, env, out_w.get(), extra_w.get());
+  if (pid == 0) child(holder, spec, argv, env, filter, out_w.get(), extra_w.get());
   out_w.reset();
   extra_w.reset();
   RunResult r;

@@ -1,13 +1,46 @@
-// install_fake_root_filter() (see seccomp.h), with libseccomp: every listed call answers 0 without
-// doing anything (SCMP_ACT_ERRNO(0)); mknod/mknodat only for character and block devices, so FIFOs
-// and regular files are still created for real.
+// compile_fake_root_filter() and install_seccomp() (see seccomp.h). With libseccomp every listed
+// call answers 0 without doing anything (SCMP_ACT_ERRNO(0)); mknod/mknodat only for character and
+// block devices, so FIFOs and regular files are still created for real. seccomp_export_bpf() writes
+// the program libseccomp generated (architecture check included) to a pipe we read back.
 #include "runtime/seccomp.h"
 
+#include <fcntl.h>
+#include <linux/seccomp.h>
 #include <seccomp.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <memory>
+
+#include "common/lazy_library.h"
+#include "common/unique_fd.h"
+
+namespace slipway::launcher {
+
+LazyLibrary& seccomp_library() {
+  static LazyLibrary lib("libseccomp.so.2", "libseccomp2 (Debian) or libseccomp (RHEL)");
+  return lib;
+}
+
+}  // namespace slipway::launcher
+
+namespace {
+using slipway::launcher::seccomp_library;
+using Ctx = scmp_filter_ctx;
+}  // namespace
+
+SLIPWAY_LAZY_FORWARD(seccomp_library(), Ctx, seccomp_init, (uint32_t action), (action), nullptr)
+SLIPWAY_LAZY_FORWARD_VOID(seccomp_library(), seccomp_release, (Ctx c), (c))
+SLIPWAY_LAZY_FORWARD(seccomp_library(), int, seccomp_syscall_resolve_name, (const char* name),
+                     (name), __NR_SCMP_ERROR)
+SLIPWAY_LAZY_FORWARD(seccomp_library(), int, seccomp_rule_add_array,
+                     (Ctx c, uint32_t action, int nr, unsigned int n, const scmp_arg_cmp* args),
+                     (c, action, nr, n, args), -ELIBACC)
+SLIPWAY_LAZY_FORWARD(seccomp_library(), int, seccomp_export_bpf, (const Ctx c, int fd), (c, fd),
+                     -ELIBACC)
 
 namespace slipway::launcher {
 namespace {
@@ -38,9 +71,34 @@ Status add_device_mknod_rules(scmp_filter_ctx ctx) {
   return Status();
 }
 
+// The program libseccomp generates for `ctx`, read back through a pipe (a few hundred bytes: far
+// below the pipe's capacity, so the export never blocks).
+Result<SeccompProgram> export_program(scmp_filter_ctx ctx) {
+  int fds[2];
+  SLIPWAY_SYS(pipe2(fds, O_CLOEXEC), "pipe for the seccomp filter");
+  UniqueFd rd(fds[0]), wr(fds[1]);
+  int rc = seccomp_export_bpf(ctx, wr.get());
+  if (rc != 0) return Status::from_errno("export the seccomp filter", -rc);
+  wr.reset();
+  std::vector<char> bytes;
+  char buf[4096];
+  for (ssize_t n; (n = read(rd.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::from_errno("read the seccomp filter", errno);
+    bytes.insert(bytes.end(), buf, buf + n);
+  }
+  if (bytes.empty() || bytes.size() % sizeof(sock_filter) != 0)
+    return Status::error("libseccomp exported a malformed filter", EINVAL);
+  SeccompProgram p;
+  p.instructions.resize(bytes.size() / sizeof(sock_filter));
+  std::memcpy(p.instructions.data(), bytes.data(), bytes.size());
+  return p;
+}
+
 }  // namespace
 
-Status install_fake_root_filter() {
+Result<SeccompProgram> compile_fake_root_filter() {
+  SLIPWAY_TRY(seccomp_library().load().context("--container-remap-root needs libseccomp"));
   std::unique_ptr<void, FilterDeleter> ctx(seccomp_init(SCMP_ACT_ALLOW));
   if (!ctx) return Status::error("seccomp_init failed", ENOMEM);
   for (const char* name : kNoOpCalls) {
@@ -49,9 +107,22 @@ Status install_fake_root_filter() {
     SLIPWAY_TRY(rule(ctx.get(), nr, 0, nullptr));
   }
   SLIPWAY_TRY(add_device_mknod_rules(ctx.get()));
-  int rc = seccomp_load(ctx.get());
-  if (rc != 0) return Status::from_errno("load the --container-remap-root seccomp filter", -rc);
+  return export_program(ctx.get());
+}
+
+Status install_seccomp(const SeccompProgram& program) {
+  struct sock_fprog prog = {};
+  prog.len = static_cast<unsigned short>(program.instructions.size());
+  prog.filter = const_cast<sock_filter*>(program.instructions.data());
+  SLIPWAY_SYS(static_cast<int>(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog)),
+              "load the --container-remap-root seccomp filter");
   return Status();
+}
+
+Status install_fake_root_filter() {
+  auto program = compile_fake_root_filter();
+  SLIPWAY_TRY(program);
+  return install_seccomp(*program);
 }
 
 }  // namespace slipway::launcher

@@ -27,8 +27,10 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "image/archive_lazy.h"
 #include "image/cache.h"
 #include "image/digest.h"
+#include "image/gzip_source.h"
 #include "image/image_ref.h"
 #include "image/manifest.h"
 
@@ -683,6 +685,8 @@ Status save(const SnapshotRequest& req) {
 }  // namespace
 
 Status save_snapshot(const SnapshotRequest& req) {
+  for (LazyLibrary* lib : {&archive_library(), &crypto_library(), &isal_library()})
+    if (Status st = lib->load(); !st.ok()) return st.context("cannot save the container");
   return save(req).context("cannot save the container to '" + req.output_path + "'");
 }
 
