@@ -36,6 +36,14 @@ class LazyLibrary {
 
 }  // namespace slipway::launcher
 
+// Defines `LazyLibrary& ACCESSOR()`, the one instance for SONAME (put it in namespace
+// slipway::launcher).
+#define SLIPWAY_LAZY_LIBRARY(ACCESSOR, SONAME, PACKAGE) \
+  LazyLibrary& ACCESSOR() {                             \
+    static LazyLibrary lib(SONAME, PACKAGE);            \
+    return lib;                                         \
+  }
+
 // Defines `extern "C" RET NAME PARAMS` forwarding to NAME in LIB (a LazyLibrary&). The library's
 // header must be included first: the compiler then checks our signature against its declaration.
 // ARGS lists PARAMS' names in parentheses; FAIL is what to return when the library is missing (the

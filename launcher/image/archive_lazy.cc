@@ -12,10 +12,7 @@
 
 namespace slipway::launcher {
 
-LazyLibrary& archive_library() {
-  static LazyLibrary lib("libarchive.so.13", "libarchive13 (Debian) or libarchive (RHEL)");
-  return lib;
-}
+SLIPWAY_LAZY_LIBRARY(archive_library, "libarchive.so.13", "libarchive13 (Debian) or libarchive (RHEL)")
 
 }  // namespace slipway::launcher
 

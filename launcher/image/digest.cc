@@ -10,26 +10,19 @@
 
 namespace slipway::launcher {
 
-LazyLibrary& crypto_library() {
-  static LazyLibrary lib("libcrypto.so.3", "libssl3 (Debian) or openssl-libs (RHEL)");
-  return lib;
-}
+SLIPWAY_LAZY_LIBRARY(crypto_library, "libcrypto.so.3", "libssl3 (Debian) or openssl-libs (RHEL)")
 
 }  // namespace slipway::launcher
 
-namespace {
-using slipway::launcher::crypto_library;
-}  // namespace
-
-SLIPWAY_LAZY_FORWARD(crypto_library(), EVP_MD_CTX*, EVP_MD_CTX_new, (void), (), nullptr)
-SLIPWAY_LAZY_FORWARD_VOID(crypto_library(), EVP_MD_CTX_free, (EVP_MD_CTX * c), (c))
-SLIPWAY_LAZY_FORWARD(crypto_library(), const EVP_MD*, EVP_sha256, (void), (), nullptr)
-SLIPWAY_LAZY_FORWARD(crypto_library(), int, EVP_DigestInit_ex,
-                     (EVP_MD_CTX * c, const EVP_MD* md, ENGINE* e), (c, md, e), 0)
-SLIPWAY_LAZY_FORWARD(crypto_library(), int, EVP_DigestUpdate, (EVP_MD_CTX * c, const void* d, size_t n),
-                     (c, d, n), 0)
-SLIPWAY_LAZY_FORWARD(crypto_library(), int, EVP_DigestFinal_ex,
-                     (EVP_MD_CTX * c, unsigned char* md, unsigned int* n), (c, md, n), 0)
+#define SLIPWAY_CRYPTO(RET, NAME, PARAMS, ARGS, FAIL) \
+  SLIPWAY_LAZY_FORWARD(slipway::launcher::crypto_library(), RET, NAME, PARAMS, ARGS, FAIL)
+SLIPWAY_CRYPTO(EVP_MD_CTX*, EVP_MD_CTX_new, (void), (), nullptr)
+SLIPWAY_LAZY_FORWARD_VOID(slipway::launcher::crypto_library(), EVP_MD_CTX_free, (EVP_MD_CTX * c), (c))
+SLIPWAY_CRYPTO(const EVP_MD*, EVP_sha256, (void), (), nullptr)
+SLIPWAY_CRYPTO(int, EVP_DigestInit_ex, (EVP_MD_CTX * c, const EVP_MD* md, ENGINE* e), (c, md, e), 0)
+SLIPWAY_CRYPTO(int, EVP_DigestUpdate, (EVP_MD_CTX * c, const void* d, size_t n), (c, d, n), 0)
+SLIPWAY_CRYPTO(int, EVP_DigestFinal_ex, (EVP_MD_CTX * c, unsigned char* md, unsigned int* n),
+               (c, md, n), 0)
 
 namespace slipway::launcher {
 

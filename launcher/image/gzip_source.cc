@@ -17,22 +17,19 @@
 
 namespace slipway::launcher {
 
-LazyLibrary& isal_library() {
-  static LazyLibrary lib("libisal.so.2", "libisal2 (Debian) or isa-l (RHEL)");
-  return lib;
-}
+SLIPWAY_LAZY_LIBRARY(isal_library, "libisal.so.2", "libisal2 (Debian) or isa-l (RHEL)")
 
 }  // namespace slipway::launcher
 
-namespace {
-using slipway::launcher::isal_library;
-}  // namespace
-
-SLIPWAY_LAZY_FORWARD(isal_library(), int, isal_inflate, (struct inflate_state * s), (s), ISAL_INVALID_STATE)
-SLIPWAY_LAZY_FORWARD_VOID(isal_library(), isal_inflate_init, (struct inflate_state * s), (s))
-SLIPWAY_LAZY_FORWARD_VOID(isal_library(), isal_inflate_reset, (struct inflate_state * s), (s))
-SLIPWAY_LAZY_FORWARD(isal_library(), int, isal_deflate, (struct isal_zstream * z), (z), ISAL_INVALID_STATE)
-SLIPWAY_LAZY_FORWARD_VOID(isal_library(), isal_deflate_init, (struct isal_zstream * z), (z))
+#define SLIPWAY_ISAL(NAME, TYPE) \
+  SLIPWAY_LAZY_FORWARD(slipway::launcher::isal_library(), int, NAME, (TYPE * s), (s), ISAL_INVALID_STATE)
+#define SLIPWAY_ISAL_VOID(NAME, TYPE) \
+  SLIPWAY_LAZY_FORWARD_VOID(slipway::launcher::isal_library(), NAME, (TYPE * s), (s))
+SLIPWAY_ISAL(isal_inflate, struct inflate_state)
+SLIPWAY_ISAL_VOID(isal_inflate_init, struct inflate_state)
+SLIPWAY_ISAL_VOID(isal_inflate_reset, struct inflate_state)
+SLIPWAY_ISAL(isal_deflate, struct isal_zstream)
+SLIPWAY_ISAL_VOID(isal_deflate_init, struct isal_zstream)
 
 namespace slipway::launcher {
 namespace {

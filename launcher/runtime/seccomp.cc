@@ -20,27 +20,22 @@
 
 namespace slipway::launcher {
 
-LazyLibrary& seccomp_library() {
-  static LazyLibrary lib("libseccomp.so.2", "libseccomp2 (Debian) or libseccomp (RHEL)");
-  return lib;
-}
+namespace {
+SLIPWAY_LAZY_LIBRARY(seccomp_library, "libseccomp.so.2", "libseccomp2 (Debian) or libseccomp (RHEL)")
+}  // namespace
 
 }  // namespace slipway::launcher
 
-namespace {
-using slipway::launcher::seccomp_library;
 using Ctx = scmp_filter_ctx;
-}  // namespace
-
-SLIPWAY_LAZY_FORWARD(seccomp_library(), Ctx, seccomp_init, (uint32_t action), (action), nullptr)
-SLIPWAY_LAZY_FORWARD_VOID(seccomp_library(), seccomp_release, (Ctx c), (c))
-SLIPWAY_LAZY_FORWARD(seccomp_library(), int, seccomp_syscall_resolve_name, (const char* name),
-                     (name), __NR_SCMP_ERROR)
-SLIPWAY_LAZY_FORWARD(seccomp_library(), int, seccomp_rule_add_array,
-                     (Ctx c, uint32_t action, int nr, unsigned int n, const scmp_arg_cmp* args),
-                     (c, action, nr, n, args), -ELIBACC)
-SLIPWAY_LAZY_FORWARD(seccomp_library(), int, seccomp_export_bpf, (const Ctx c, int fd), (c, fd),
-                     -ELIBACC)
+#define SLIPWAY_SECCOMP(RET, NAME, PARAMS, ARGS, FAIL) \
+  SLIPWAY_LAZY_FORWARD(slipway::launcher::seccomp_library(), RET, NAME, PARAMS, ARGS, FAIL)
+SLIPWAY_SECCOMP(Ctx, seccomp_init, (uint32_t action), (action), nullptr)
+SLIPWAY_LAZY_FORWARD_VOID(slipway::launcher::seccomp_library(), seccomp_release, (Ctx c), (c))
+SLIPWAY_SECCOMP(int, seccomp_syscall_resolve_name, (const char* name), (name), __NR_SCMP_ERROR)
+SLIPWAY_SECCOMP(int, seccomp_rule_add_array,
+                (Ctx c, uint32_t action, int nr, unsigned int n, const scmp_arg_cmp* args),
+                (c, action, nr, n, args), -ELIBACC)
+SLIPWAY_SECCOMP(int, seccomp_export_bpf, (const Ctx c, int fd), (c, fd), -ELIBACC)
 
 namespace slipway::launcher {
 namespace {
