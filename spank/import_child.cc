@@ -109,9 +109,8 @@ OnlyThisThreadIsTheUser::OnlyThisThreadIsTheUser() : user_(geteuid()) {
 }
 
 OnlyThisThreadIsTheUser::~OnlyThisThreadIsTheUser() {
-  if (!active_) return;
-  // This thread back to root first, so that glibc's seteuid may set every thread to the user.
-  if (thread_seteuid(0) != 0 || seteuid(user_) != 0)
+  // This thread is the user, as Slurm left it; the others stay root (see import_child.h).
+  if (active_ && geteuid() != user_ && thread_seteuid(user_) != 0)
     log_error("cannot return to the job user's identity after user_init");
 }
 

@@ -14,10 +14,12 @@
 
 namespace slipway::spank {
 
-// For the whole of user_init: every slurmstepd thread acts as root again (glibc's seteuid(0) is
+// From user_init on: every slurmstepd thread acts as root again (glibc's seteuid(0) is
 // process-wide), except the calling thread, which keeps the job user's effective uid through a
-// raw setresuid(2), which the kernel applies to one thread only. On destruction, Slurm's state
-// comes back: the job user's effective uid in every thread.
+// raw setresuid(2), which the kernel applies to one thread only. The other threads stay root when
+// user_init returns: Slurm goes on forking the tasks from this thread as the user, and then its
+// own seteuid(0) reaches every thread. Putting them all back to the user there reopened the window
+// in which the PMIx server thread's munge decode is refused (seen under load in CI).
 class OnlyThisThreadIsTheUser {
  public:
   OnlyThisThreadIsTheUser();
