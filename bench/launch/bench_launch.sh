@@ -71,8 +71,25 @@ bench podman $((RUNS / 10 > 5 ? RUNS / 10 : 5)) "podman run --rm --network=host 
 
 if [[ $("$SANDBOX" status 2>/dev/null || true) =~ slurmctld\ +running ]]; then
     SRUN_RUNS=$((RUNS / 10 > 10 ? RUNS / 10 : 10))
-    bench srun_plain "$SRUN_RUNS" "srun -N4 -n8 -K /bin/true"
-    bench srun_container "$SRUN_RUNS" "srun -N4 -n8 -K --container-image=$REF /bin/true"
+    # Interleaved (plain, container, plain, ...): an srun takes ~0.3 s, long enough for the load of
+    # a shared machine to drift between two back-to-back hyperfine batches.
+    as_user python3 - "$OUT" "$SRUN_RUNS" "$REF" <<'PY' || echo "bench_launch: the srun rows failed" >&2
+import json, os, statistics, subprocess, sys, time
+out, runs, ref = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cmds = {"srun_plain": ["srun", "-N4", "-n8", "-K", "/bin/true"],
+        "srun_container": ["srun", "-N4", "-n8", "-K", "--container-image=" + ref, "/bin/true"]}
+times = {k: [] for k in cmds}
+for i in range(runs + 2):
+    for k, c in cmds.items():
+        t = time.monotonic()
+        subprocess.run(c, check=True, stdout=subprocess.DEVNULL)
+        if i >= 2:  # two warm-up rounds
+            times[k].append(time.monotonic() - t)
+for k, t in times.items():
+    r = {"command": " ".join(cmds[k]), "median": statistics.median(t), "mean": statistics.mean(t),
+         "stddev": statistics.stdev(t), "times": t}
+    json.dump({"results": [r]}, open(os.path.join(out, k + ".json"), "w"))
+PY
 else
     echo "bench_launch: sandbox $INSTANCE is not up; no srun figures" >&2
 fi
