@@ -1,7 +1,9 @@
 // Tests for the --container-remap-root seccomp filter: root-only calls succeed without effect,
 // everything else behaves as before. Runs in a forked child with no_new_privs (no root needed).
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -76,11 +78,66 @@ START_TEST(other_calls_still_fail_normally) {
 }
 END_TEST
 
+// The filter is compiled outside the container and installed inside, where no library of the host
+// can be found: here a chroot into an empty directory (through a user namespace, no root needed),
+// in a process that never loaded libseccomp (the program comes from another process).
+static slipway::launcher::SeccompProgram program_from_another_process() {
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    auto program = slipway::launcher::compile_fake_root_filter();
+    if (!program.ok()) _exit(1);
+    size_t n = program->instructions.size() * sizeof(sock_filter);
+    _exit(write(fds[1], program->instructions.data(), n) == static_cast<ssize_t>(n) ? 0 : 2);
+  }
+  close(fds[1]);
+  slipway::launcher::SeccompProgram p;
+  sock_filter insn;
+  while (read(fds[0], &insn, sizeof insn) == static_cast<ssize_t>(sizeof insn))
+    p.instructions.push_back(insn);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return p;
+}
+
+START_TEST(compiled_filter_installs_where_no_library_is_found) {
+  const auto program = program_from_another_process();
+  char dir[] = "/tmp/slw-seccomp-empty-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  chmod(dir, 0777);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgid(65534) || setuid(65534))) _exit(90);
+    if (dlopen("libseccomp.so.2", RTLD_NOW | RTLD_NOLOAD) != nullptr) _exit(91);
+    if (unshare(CLONE_NEWUSER) != 0) _exit(98);  // Slipway needs user namespaces anyway
+    if (chroot(dir) != 0 || chdir("/") != 0) _exit(92);
+    if (access("/lib", F_OK) == 0) _exit(93);  // really empty
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(94);
+    if (!slipway::launcher::install_seccomp(program).ok()) _exit(95);
+    int fd = open("/file", O_CREAT | O_WRONLY, 0644);
+    if (fd < 0) _exit(96);
+    close(fd);
+    // An unmapped owner would fail with EINVAL; the filter makes it a no-op.
+    _exit(chown("/file", 12345, 12345) == 0 ? 0 : 97);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string cmd = std::string("rm -rf ") + dir;
+  (void)!system(cmd.c_str());
+  ck_assert(WIFEXITED(status));
+  ck_assert_int_eq(WEXITSTATUS(status), 0);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("seccomp");
   TCase* tc = tcase_create("fake_root");
   tcase_add_test(tc, root_only_calls_succeed_as_no_ops);
   tcase_add_test(tc, other_calls_still_fail_normally);
+  tcase_add_test(tc, compiled_filter_installs_where_no_library_is_found);
   suite_add_tcase(s, tc);
   return s;
 }
