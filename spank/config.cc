@@ -4,6 +4,7 @@
 #include <array>
 #include <string_view>
 
+#include "common/text.h"
 #include "options/job_options.h"
 
 namespace slipway::spank {
@@ -11,18 +12,6 @@ namespace {
 
 using launcher::parse_mounts;
 using launcher::Status;
-
-std::vector<std::string> split_list(std::string_view v) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i <= v.size()) {
-    size_t j = v.find(',', i);
-    if (j == std::string_view::npos) j = v.size();
-    if (j > i) out.emplace_back(v.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
 
 Status set_absolute_path(std::string& out, std::string_view key, std::string_view v) {
   if (v.empty() || v[0] != '/')
@@ -58,7 +47,7 @@ constexpr std::array kConfigKeys = {
               }},
     ConfigKey{"insecure_registries", "comma-separated host[:port] list spoken to over plain HTTP",
               [](PluginConfig& c, std::string_view v) {
-                c.insecure_registries = split_list(v);
+                c.insecure_registries = launcher::split_nonempty(v, ',');
                 return Status();
               }},
     ConfigKey{"ca_file", "extra CA bundle (PEM) trusted for registries",

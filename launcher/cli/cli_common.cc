@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/text.h"
 #include "image/image_ref.h"
 
 namespace slipway::launcher::cli {
@@ -20,18 +21,7 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? std::string(v) : fallback;
 }
 
-std::vector<std::string> env_list(const char* name) {
-  std::vector<std::string> out;
-  std::string v = env_or(name, "");
-  size_t i = 0;
-  while (i < v.size()) {
-    size_t j = v.find(',', i);
-    if (j == std::string::npos) j = v.size();
-    if (j > i) out.push_back(v.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
+std::vector<std::string> env_list(const char* name) { return split_nonempty(env_or(name, ""), ','); }
 
 bool env_flag(const char* name, bool fallback) {
   std::string v = env_or(name, "");

@@ -5,6 +5,8 @@
 #include <array>
 #include <charconv>
 
+#include "common/text.h"
+
 namespace slipway::launcher {
 namespace {
 
@@ -14,17 +16,6 @@ Status bad(std::string_view option, std::string_view value, std::string_view fix
   return Status::error("--" + std::string(option) + "='" + std::string(value) + "' " +
                            std::string(fix),
                        EINVAL);
-}
-
-std::vector<std::string_view> split(std::string_view v, char sep) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while (i <= v.size()) {
-    size_t j = std::min(v.find(sep, i), v.size());
-    out.push_back(v.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
 }
 
 // CWD/PATH without a doubled slash when CWD is "/".
