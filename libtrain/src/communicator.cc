@@ -2,6 +2,7 @@
 // order (so async handles overlap communication with computation), and timeline records.
 #include "libtrain/communicator.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -115,6 +116,15 @@ class Communicator::Worker {
   std::thread thread_;
 };
 
+// A non-negative decimal environment value, or InvalidArgument naming the variable.
+static unsigned long long env_count(const char* name, const char* v, const char* what) {
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  if (!*v || *end || *v == '-')
+    throw InvalidArgument(std::string("libtrain: ") + name + "='" + v + "' must be " + what);
+  return n;
+}
+
 CommunicatorOptions CommunicatorOptions::from_env() {
   CommunicatorOptions o;
   o.timeout = timeout_from_env();
@@ -126,7 +136,11 @@ CommunicatorOptions CommunicatorOptions::from_env() {
                             "' must be a byte count between 4096 and 1073741824");
     o.shm_chunk_bytes = n;
   }
-  if (const char* v = std::getenv("LIBTRAIN_SHM_ONE_PHASE")) o.shm_one_phase_bytes = std::strtoull(v, nullptr, 10);
+  if (const char* v = std::getenv("LIBTRAIN_SHM_ONE_PHASE"))
+    o.shm_one_phase_bytes = env_count("LIBTRAIN_SHM_ONE_PHASE", v, "a byte count");
+  if (const char* v = std::getenv("LIBTRAIN_SHM_YIELD_US"))
+    o.shm_yield_us = static_cast<int64_t>(std::min<unsigned long long>(
+        env_count("LIBTRAIN_SHM_YIELD_US", v, "microseconds (0 sleeps at once)"), 60'000'000));
   if (const char* v = std::getenv("LIBTRAIN_CMA_MIN")) {
     char* end = nullptr;
     o.cma_min_bytes = std::strtoull(v, &end, 10);

@@ -53,8 +53,7 @@ void Communicator::Engine::connect(Store& store) {
   std::string key = "shm/" + std::to_string(local_ranks_[0]);
   if (topo_.local_size > 1 && leader) {
     std::string name = detail::ShmGroup::create_name();
-    shm_ = std::make_unique<detail::ShmGroup>(name, true, 0, topo_.local_size, opts_.shm_chunk_bytes,
-                                              opts_.timeout);
+    shm_ = std::make_unique<detail::ShmGroup>(name, true, 0, topo_.local_size, slot_bytes(), opts_.timeout);
     store.set(key, to_bytes(name));
   }
   if (topo_.node_count > 1 && leader)
@@ -62,13 +61,16 @@ void Communicator::Engine::connect(Store& store) {
   store.publish(opts_.timeout);
   if (topo_.local_size > 1 && !leader)
     shm_ = std::make_unique<detail::ShmGroup>(to_string(store.get(key, opts_.timeout)), false,
-                                              topo_.local_rank, topo_.local_size,
-                                              opts_.shm_chunk_bytes, opts_.timeout);
+                                              topo_.local_rank, topo_.local_size, slot_bytes(),
+                                              opts_.timeout);
   if (ring_) ring_->connect(store);
-  if (shm_) {
-    shm_->set_one_phase_bytes(opts_.shm_one_phase_bytes);
-    shm_->wait_attached(opts_.cma_min_bytes);
-  }
+  if (shm_)
+    shm_->wait_attached({opts_.shm_chunk_bytes, opts_.shm_one_phase_bytes, opts_.shm_yield_us,
+                         opts_.cma_min_bytes});
+}
+
+size_t Communicator::Engine::slot_bytes() const {
+  return opts_.shm_chunk_bytes == kShmAuto ? detail::kAutoSlotBytes : opts_.shm_chunk_bytes;
 }
 
 void Communicator::Engine::fail(const std::string& why) noexcept {

@@ -29,6 +29,7 @@ class Communicator::Engine {
  private:
   void discover(Store& store, const std::string& node);
   void connect(Store& store);
+  size_t slot_bytes() const;
   template <typename Fn> void guarded(const detail::OpHeader& h, Fn&& body);
   void agree(const detail::OpHeader& h);
   void hierarchical_allreduce(void* data, size_t count, DataType dtype, ReduceOp op);

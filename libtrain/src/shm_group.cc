@@ -1,12 +1,10 @@
-// Shared-memory collectives inside a node. Allreduce: every rank copies its chunk into its slot,
-// then reduces its 1/n slice of the chunk across all slots (reading peers' memory directly), then
-// copies every slice back: 2 barriers per chunk, no sockets. Waits spin briefly, then sleep on a
-// futex in the segment (FUTEX_WAIT on shared memory works across processes: futex(2)), checking
-// the abort flag, peer liveness and the deadline every 20 ms.
-// Slot reuse: chunk c writes buffer c%2 only after passing the first barrier of chunk c-1, which
-// every rank reaches only after it finished reading chunk c-2 (the same buffer). The op-header
-// check rides on the first barrier of each collective, so small collectives cost one barrier.
-// Large ones use cross-memory attach when the node allows it (see allreduce_cma).
+// The node's shared-memory segment: creation, attachment, the barrier every collective is built
+// from, op-header agreement, failure propagation and the CMA probe (the algorithms are in
+// shm_collectives.cc). Waits spin briefly, then sleep on a futex in the segment (FUTEX_WAIT on
+// shared memory works across processes: futex(2)), checking the abort flag, peer liveness and the
+// deadline every 20 ms. When the node's ranks outnumber its CPUs they yield instead of spinning.
+// The op-header check rides on the first barrier of each collective, so small collectives cost
+// one barrier.
 #include "shm_group.h"
 
 #include <fcntl.h>
@@ -27,20 +25,24 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <sched.h>
 #include <thread>
 
+#include "libtrain/communicator.h"
 #include "libtrain/errors.h"
 #include "socket.h"
 
 namespace libtrain::detail {
 namespace {
 
-constexpr int kMaxLocal = 512;
+constexpr int kMaxLocal = kMaxLocalRanks;
 constexpr int kSpins = 4000;
 constexpr long kSleepNs = 20'000'000;
+constexpr auto kIdleYield = std::chrono::nanoseconds(1500);
+constexpr int kMaxIdleYields = 16;
 constexpr size_t kAlign = 4096;
 constexpr uint64_t kProbe = 0x4c54434d41505242;  // what a CMA probe must read back
-constexpr size_t kCmaChunk = 256 * 1024;          // bytes per peer read: the chunks stay in L2
+constexpr size_t kAutoOnePhase = 16 * 1024;  // two-phase measured faster from 32 KiB (README)
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -64,13 +66,6 @@ bool is_dead(pid_t pid) {
          (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
 }
 
-// [begin, end) of part `i` when `n` elements are split into `parts` near-equal parts.
-void split(size_t n, int parts, int i, size_t& begin, size_t& end) {
-  size_t p = static_cast<size_t>(parts), k = static_cast<size_t>(i);
-  begin = n * k / p;
-  end = n * (k + 1) / p;
-}
-
 }  // namespace
 
 struct ShmGroup::Header {
@@ -86,6 +81,7 @@ struct ShmGroup::Header {
   // read by peers only between that barrier and the last one, so one entry per rank suffices.
   uint64_t addrs[kMaxLocal];
   uint8_t cma_ok[kMaxLocal];
+  cpu_set_t cpus[kMaxLocal];  // where each rank may run: oversubscribed when ranks > their union
 };
 
 std::string describe(const OpHeader& h) {
@@ -107,7 +103,7 @@ std::string ShmGroup::create_name() {
 
 ShmGroup::ShmGroup(const std::string& name, bool create, int local_rank, int local_size,
                    size_t slot_bytes, Seconds timeout)
-    : slot_bytes_(round_up(slot_bytes, kAlign)), rank_(local_rank), size_(local_size),
+    : slot_bytes_(round_up(slot_bytes, kAlign)), chunk_bytes_(slot_bytes_), rank_(local_rank), size_(local_size),
       timeout_(timeout), name_(name), owner_(create) {
   if (local_size > kMaxLocal)
     throw InvalidArgument("libtrain: more than " + std::to_string(kMaxLocal) + " ranks on one node");
@@ -121,6 +117,11 @@ ShmGroup::ShmGroup(const std::string& name, bool create, int local_rank, int loc
   hdr_ = static_cast<Header*>(p);
   base_ = static_cast<uint8_t*>(p) + header;
   hdr_->pids[rank_] = ::getpid();
+  cpu_set_t& mine = hdr_->cpus[rank_];
+  if (::sched_getaffinity(0, sizeof(mine), &mine) != 0) {  // unknown: assume every online CPU
+    CPU_ZERO(&mine);
+    for (unsigned c = 0; c < std::thread::hardware_concurrency() && c < CPU_SETSIZE; ++c) CPU_SET(c, &mine);
+  }
   hdr_->attached.fetch_add(1);  // a fresh segment is zero-filled: all counters start at 0
   futex_wake_all(&hdr_->attached);
 }
@@ -134,7 +135,7 @@ uint8_t* ShmGroup::slot(int rank, int buf) const {
   return base_ + slot_bytes_ * static_cast<size_t>(2 * rank + buf);
 }
 
-void ShmGroup::wait_attached(size_t cma_min_bytes) {
+void ShmGroup::wait_attached(const ShmTuning& tuning) {
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
   uint32_t n;
   while ((n = hdr_->attached.load()) < static_cast<uint32_t>(size_)) {
@@ -147,8 +148,25 @@ void ShmGroup::wait_attached(size_t cma_min_bytes) {
     ::shm_unlink(name_.c_str());
     name_.clear();
   }
-  cma_min_bytes_ = cma_min_bytes;
-  probe_cma(cma_min_bytes > 0);
+  find_oversubscription();
+  chunk_bytes_ = tuning.chunk_bytes == kShmAuto && oversubscribed_
+                     ? std::min(slot_bytes_, kOversubscribedChunk)
+                     : slot_bytes_;
+  one_phase_bytes_ = tuning.one_phase_bytes != kShmAuto ? tuning.one_phase_bytes
+                     : oversubscribed_                  ? 0
+                                                        : kAutoOnePhase;
+  yield_ = std::chrono::microseconds(tuning.yield_us);
+  cma_min_bytes_ = tuning.cma_min_bytes;
+  probe_cma(cma_min_bytes_ > 0);
+}
+
+// Every rank wrote its mask before counting itself attached, so all ranks compute the same
+// answer (the one-phase size depends on it and must agree, or the barriers would not pair up).
+void ShmGroup::find_oversubscription() {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int j = 0; j < size_; ++j) CPU_OR(&all, &all, &hdr_->cpus[j]);
+  oversubscribed_ = size_ > CPU_COUNT(&all);
 }
 
 // Every rank reads a known word from every peer; CMA is used only if all of them could (the
@@ -178,6 +196,8 @@ void ShmGroup::probe_cma(bool wanted) {
 void ShmGroup::publish_address(const void* p) {
   hdr_->addrs[rank_] = reinterpret_cast<uint64_t>(p);
 }
+
+uint64_t ShmGroup::hdr_addr(int rank) const { return hdr_->addrs[rank]; }
 
 // Copies `bytes` from `remote` in local rank `peer`'s memory; the kernel checks the range, so a
 // wrong address fails with EFAULT instead of corrupting anything.
@@ -217,29 +237,48 @@ void ShmGroup::check_peers() {
                       std::to_string(hdr_->pids[i]) + ") died during a collective");
 }
 
+// Not oversubscribed: spin briefly, then sleep. Oversubscribed, spinning would steal the CPU the
+// awaited rank needs, and a futex sleep costs every waiter a wake-up syscall and two context
+// switches per barrier, which dominated small collectives with 4 ranks on 2 CPUs: yield the CPU
+// instead (as OpenMPI's mpi_yield_when_idle does) for up to yield_, then sleep.
 void ShmGroup::wait_generation(uint32_t gen) {
-  // Spinning only helps when every local rank has a core; oversubscribed, it steals the core
-  // the awaited rank needs, so go straight to the futex.
-  static const int spins = static_cast<int>(std::thread::hardware_concurrency());
-  int limit = size_ <= spins ? kSpins : 0;
-  for (int i = 0; i < limit; ++i) {
-    if (hdr_->generation.load(std::memory_order_acquire) != gen) return;
+  auto passed = [&] { return hdr_->generation.load(std::memory_order_acquire) != gen; };
+  for (int i = 0, limit = oversubscribed_ ? 0 : kSpins; i < limit; ++i) {
+    if (passed()) return;
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
   }
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
-  while (hdr_->generation.load(std::memory_order_acquire) == gen) {
-    try {
-      check_peers();
-    } catch (const PeerError&) {
-      // A peer may have completed this barrier and then failed: the barrier still counts.
-      if (hdr_->generation.load() != gen) return;
-      throw;
+  auto now = Clock::now();
+  auto deadline = now + std::chrono::duration_cast<Clock::duration>(timeout_);
+  auto yield_until = oversubscribed_ ? now + yield_ : now;
+  auto next_check = now + std::chrono::nanoseconds(kSleepNs);
+  int idle_yields = 0;
+  while (!passed()) {
+    if ((now = Clock::now()) >= next_check) {
+      next_check = now + std::chrono::nanoseconds(kSleepNs);
+      try {
+        check_peers();
+      } catch (const PeerError&) {
+        // A peer may have completed this barrier and then failed: the barrier still counts.
+        if (passed()) return;
+        throw;
+      }
+      if (now >= deadline)
+        throw TimeoutError("libtrain: local ranks did not reach the same collective within "
+                           "LIBTRAIN_TIMEOUT; a peer hung or stopped calling collectives");
     }
-    if (Clock::now() >= deadline)
-      throw TimeoutError("libtrain: local ranks did not reach the same collective within "
-                         "LIBTRAIN_TIMEOUT; a peer hung or stopped calling collectives");
+    if (now < yield_until) {
+      ::sched_yield();
+      // A yield that returns at once (~0.6 us here; ~3 us when it ran another task) means no
+      // other task wants this CPU: keep that up and this CPU stays busy doing nothing while
+      // the awaited ranks queue on the other CPUs (measured: 4 ranks on 2 CPUs then ran at a
+      // third of their speed, stuck that way). Sleep instead, so the CPU goes idle and the
+      // scheduler pulls a waiting rank over.
+      idle_yields = Clock::now() - now < kIdleYield ? idle_yields + 1 : 0;
+      if (idle_yields >= kMaxIdleYields) yield_until = now;
+      continue;
+    }
     // Dekker pairing with barrier(): I publish sleepers then re-read generation (inside
     // FUTEX_WAIT, atomically); the last arriver publishes generation then reads sleepers. With
     // seq_cst one of us sees the other, so a wake-up is never lost.
@@ -280,108 +319,6 @@ void ShmGroup::check_headers() {
       throw MismatchError("libtrain: ranks disagree on the collective: this rank called " +
                           describe(mine) + ", local rank " + std::to_string(i) + " called " +
                           describe(table[i]));
-}
-
-// CMA allreduce, 3 barriers whatever the size: (1) buffers published; each rank reduces its 1/n
-// slice, reading the peers' inputs chunk by chunk into scratch and reducing them with its own
-// into its own buffer; (2) every slice final in its owner's buffer; each rank reads the n-1
-// other slices straight into its buffer; (3) nobody reads my buffer any more, I may return.
-// Per rank that moves ~2.5 S bytes (2 ranks) instead of ~5.5 S through the slots.
-void ShmGroup::allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp op) {
-  size_t esize = dtype_size(dtype), chunk = std::max<size_t>(kCmaChunk / esize, 1);
-  auto* mine = static_cast<uint8_t*>(data);
-  scratch_.resize(chunk * esize * static_cast<size_t>(size_ - 1));
-  const void* inputs[kMaxLocal];
-  publish_address(data);
-  barrier();
-  size_t b, e;
-  split(count, size_, rank_, b, e);
-  for (size_t off = b; off < e; off += chunk) {
-    size_t len = std::min(chunk, e - off);
-    inputs[0] = mine + off * esize;
-    for (int j = 0, k = 1; j < size_; ++j) {
-      if (j == rank_) continue;
-      uint8_t* buf = scratch_.data() + static_cast<size_t>(k - 1) * chunk * esize;
-      read_peer(j, hdr_->addrs[j] + off * esize, buf, len * esize);
-      inputs[k++] = buf;
-    }
-    reduce_many(mine + off * esize, inputs, size_, len, dtype, op);
-  }
-  barrier();
-  for (int j = 0; j < size_; ++j) {
-    split(count, size_, j, b, e);
-    if (j != rank_ && e > b) read_peer(j, hdr_->addrs[j] + b * esize, mine + b * esize, (e - b) * esize);
-  }
-  barrier();
-}
-
-void ShmGroup::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  if (is_cma(count * dtype_size(dtype))) return allreduce_cma(data, count, dtype, op);
-  size_t esize = dtype_size(dtype), chunk = slot_bytes_ / esize;
-  auto* bytes = static_cast<uint8_t*>(data);
-  const void* inputs[kMaxLocal];
-  for (size_t off = 0; off < count; off += chunk) {
-    size_t len = std::min(chunk, count - off);
-    int buf = next_buffer();
-    std::memcpy(slot(rank_, buf), bytes + off * esize, len * esize);
-    barrier();
-    if (len * esize <= one_phase_bytes_) {  // everyone reduces everything: one barrier
-      for (int j = 0; j < size_; ++j) inputs[j] = slot(j, buf);
-      reduce_many(bytes + off * esize, inputs, size_, len, dtype, op);
-      continue;
-    }
-    size_t b, e;
-    split(len, size_, rank_, b, e);
-    for (int j = 0; j < size_; ++j) inputs[j] = slot(j, buf) + b * esize;
-    if (e > b) reduce_many(slot(rank_, buf) + b * esize, inputs, size_, e - b, dtype, op);
-    barrier();
-    for (int j = 0; j < size_; ++j) {
-      split(len, size_, j, b, e);
-      std::memcpy(bytes + (off + b) * esize, slot(j, buf) + b * esize, (e - b) * esize);
-    }
-  }
-}
-
-void ShmGroup::broadcast(void* data, size_t bytes, int root) {
-  if (is_cma(bytes)) {  // everyone reads root's buffer: one copy, 2 barriers
-    publish_address(data);
-    barrier();
-    if (rank_ != root) read_peer(root, hdr_->addrs[root], data, bytes);
-    barrier();
-    return;
-  }
-  auto* p = static_cast<uint8_t*>(data);
-  for (size_t off = 0; off < bytes; off += slot_bytes_) {
-    size_t len = std::min(slot_bytes_, bytes - off);
-    int buf = next_buffer();
-    if (rank_ == root) std::memcpy(slot(root, buf), p + off, len);
-    barrier();
-    if (rank_ != root) std::memcpy(p + off, slot(root, buf), len);
-  }
-}
-
-void ShmGroup::allgather(const void* in, void* out, size_t bytes) {
-  const auto* src = static_cast<const uint8_t*>(in);
-  auto* dst = static_cast<uint8_t*>(out);
-  if (is_cma(bytes * static_cast<size_t>(size_))) {  // everyone reads every peer's input
-    publish_address(in);
-    barrier();
-    for (int j = 0; j < size_; ++j) {
-      uint8_t* to = dst + static_cast<size_t>(j) * bytes;
-      if (j != rank_) read_peer(j, hdr_->addrs[j], to, bytes);
-      else if (to != src) std::memmove(to, src, bytes);
-    }
-    barrier();
-    return;
-  }
-  for (size_t off = 0; off < bytes; off += slot_bytes_) {
-    size_t len = std::min(slot_bytes_, bytes - off);
-    int buf = next_buffer();
-    std::memcpy(slot(rank_, buf), src + off, len);
-    barrier();
-    for (int j = 0; j < size_; ++j)
-      std::memcpy(dst + static_cast<size_t>(j) * bytes + off, slot(j, buf), len);
-  }
 }
 
 }  // namespace libtrain::detail

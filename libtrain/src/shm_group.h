@@ -1,10 +1,12 @@
 // ShmGroup: the ranks of one node and the shared-memory segment they use for collectives.
 // One POSIX shm segment per communicator: a header (barrier, abort flag, per-rank op headers,
-// pids, buffer addresses) and per rank two slots (double buffering lets chunk k+1 fill while
-// chunk k drains). Large collectives skip the slots: with cross-memory attach (CMA,
-// process_vm_readv(2)) each rank reads its peers' buffers directly, one copy instead of three.
+// pids, CPU masks, buffer addresses) and per rank two slots (double buffering lets chunk k+1
+// fill while chunk k drains). Large collectives may skip the slots: with cross-memory attach
+// (CMA, process_vm_readv(2)) each rank reads its peers' buffers directly, one copy instead of
+// three. shm_group.cc holds the segment and its barrier, shm_collectives.cc the algorithms.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,6 +16,15 @@
 #include "libtrain/types.h"
 
 namespace libtrain::detail {
+
+constexpr int kMaxLocalRanks = 512;
+
+// [begin, end) of part `i` when `n` elements are split into `parts` near-equal parts.
+inline void split(size_t n, int parts, int i, size_t& begin, size_t& end) {
+  size_t p = static_cast<size_t>(parts), k = static_cast<size_t>(i);
+  begin = n * k / p;
+  end = n * (k + 1) / p;
+}
 
 // What a rank says it is about to do; all ranks of a collective must agree.
 struct OpHeader {
@@ -27,6 +38,17 @@ struct OpHeader {
 };
 std::string describe(const OpHeader& h);
 
+// The knobs of CommunicatorOptions that the group needs once every rank has attached.
+constexpr size_t kAutoSlotBytes = 1 << 20;
+constexpr size_t kOversubscribedChunk = 256 << 10;
+
+struct ShmTuning {
+  size_t chunk_bytes = 0;      // kShmAuto: the slot, 256 KiB when oversubscribed
+  size_t one_phase_bytes = 0;  // kShmAuto: 16 KiB, 0 when oversubscribed
+  int64_t yield_us = 0;        // oversubscribed only: sched_yield this long before the futex
+  size_t cma_min_bytes = 0;    // 0: never CMA
+};
+
 class ShmGroup {
  public:
   // The leader (local rank 0) creates the segment; the others open the name it published.
@@ -38,10 +60,13 @@ class ShmGroup {
   ShmGroup& operator=(const ShmGroup&) = delete;
 
   // Waits until every local rank has mapped the segment, then the leader unlinks its name so a
-  // crash leaves nothing behind in /dev/shm. Then every rank probes CMA to every peer (when
+  // crash leaves nothing behind in /dev/shm. Every rank then sees whether the node's ranks
+  // outnumber the CPUs they may run on (the union of their affinity masks), which picks the
+  // waiting strategy and the automatic one-phase size, and probes CMA to every peer (when
   // `cma_min_bytes` > 0); collectives of at least that many bytes use it when all ranks can.
-  void wait_attached(size_t cma_min_bytes = 0);
+  void wait_attached(const ShmTuning& tuning);
   bool uses_cma() const { return use_cma_; }
+  bool is_oversubscribed() const { return oversubscribed_; }
 
   // Publishes my header; the next barrier() checks every rank's and throws MismatchError (on
   // every rank) when any differs. finish() runs that barrier if the collective moved no data.
@@ -51,10 +76,10 @@ class ShmGroup {
   // Marks the group failed with `why`; every rank's next or current wait throws PeerError.
   void abort(const std::string& why) noexcept;
 
-  // kAverage sums only. Chunks up to `one_phase_bytes` take one barrier: every rank reduces the
-  // whole chunk from all slots; larger ones take two: each reduces its 1/n slice, all copy out.
+  // kAverage sums only. Chunks up to the one-phase size take one barrier: every rank reduces
+  // the whole chunk from all slots; larger ones take two: each reduces its 1/n slice, all copy
+  // out. A rank's own input is read from its buffer, never staged in its slot.
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op);
-  void set_one_phase_bytes(size_t bytes) { one_phase_bytes_ = bytes; }
   void broadcast(void* data, size_t bytes, int root);
   void allgather(const void* in, void* out, size_t bytes);
 
@@ -71,20 +96,27 @@ class ShmGroup {
   void read_peer(int peer, uint64_t remote, void* local, size_t bytes);
   bool is_cma(size_t bytes) const { return use_cma_ && bytes >= cma_min_bytes_; }
   void publish_address(const void* p);
+  uint64_t hdr_addr(int rank) const;  // what `rank` published
   void allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp op);
+  void reduce_one_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op);
+  void reduce_two_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op);
+  void find_oversubscription();
   int next_buffer() { return static_cast<int>(chunk_seq_++ & 1); }
 
   Header* hdr_ = nullptr;
   uint8_t* base_ = nullptr;
   size_t map_bytes_ = 0;
   size_t slot_bytes_;
+  size_t chunk_bytes_;  // allreduce's pipeline chunk, at most slot_bytes_
   int rank_, size_;
   Seconds timeout_;
   std::string name_;
   bool owner_;
   uint64_t chunk_seq_ = 0;  // slots alternate across chunks *and* collectives (see shm_group.cc)
   const OpHeader* pending_ = nullptr;
-  size_t one_phase_bytes_ = 64 * 1024;
+  size_t one_phase_bytes_ = 0;  // set by wait_attached
+  bool oversubscribed_ = false;
+  std::chrono::microseconds yield_{0};
   bool use_cma_ = false;
   size_t cma_min_bytes_ = 0;
   std::vector<uint8_t> scratch_;  // CMA: peers' chunks, read here and reduced into mine

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,11 +17,22 @@ namespace libtrain {
 
 class Timeline;
 
+// "Choose from the node's shape" for the shared-memory sizes below.
+inline constexpr size_t kShmAuto = ~size_t{0};
+
 struct CommunicatorOptions {
   Seconds timeout{300.0};            // LIBTRAIN_TIMEOUT: no wait lasts longer
-  size_t shm_chunk_bytes = 1 << 20;  // LIBTRAIN_SHM_CHUNK: per-rank slot (pipeline chunk); 1 MiB
-                                     // stays in L2/L3 and halves the barriers of 256 KiB chunks
-  size_t shm_one_phase_bytes = 64 << 10;  // LIBTRAIN_SHM_ONE_PHASE: chunks up to this take 1 barrier
+  // LIBTRAIN_SHM_CHUNK: per-rank slot (pipeline chunk). kShmAuto: 1 MiB slots (in L2/L3, half
+  // the barriers of 256 KiB); allreduce pipelines 256 KiB chunks in them when the node's ranks
+  // outnumber its CPUs (then two ranks share each core's cache).
+  size_t shm_chunk_bytes = kShmAuto;
+  // LIBTRAIN_SHM_ONE_PHASE: chunks up to this many bytes take 1 barrier (every rank reduces the
+  // whole chunk). kShmAuto: 16 KiB, or 0 when the node's ranks outnumber its CPUs (there the
+  // n-fold reduction work costs more than the second barrier).
+  size_t shm_one_phase_bytes = kShmAuto;
+  // LIBTRAIN_SHM_YIELD_US: when the node's ranks outnumber its CPUs, a rank waiting at a barrier
+  // gives its CPU away with sched_yield for up to this long before sleeping on a futex.
+  int64_t shm_yield_us = 20000;
   size_t cma_min_bytes = 0;  // LIBTRAIN_CMA_MIN: in-node collectives from this size read peers'
                              // buffers with process_vm_readv; 0 = never (the default: slower
                              // than the cache-resident slots where measured, bench/allreduce)

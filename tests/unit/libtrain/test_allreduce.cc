@@ -1,6 +1,8 @@
 // Allreduce over 1-8 ranks (threads, one InMemoryStore): every dtype x op x awkward count,
 // checked against closed-form values; on one node (shared memory through the slots, or
 // cross-memory attach) and on fake nodes (shared memory plus the TCP ring over loopback).
+#include <sched.h>
+
 #include <vector>
 
 #include "ranks.h"
@@ -28,13 +30,15 @@ static void check_one(Communicator& comm, int n, size_t count, DataType dtype, R
 
 // Every combination for n ranks; `ranks_per_node` 0 puts all on one node. `cma_min` 1 sends
 // every in-node collective through process_vm_readv (threads of one process read their own
-// pid's memory, which exercises the same code), 0 none.
-static void sweep(int n, int ranks_per_node, size_t cma_min = 0) {
+// pid's memory, which exercises the same code), 0 none. `one_phase` forces the slot algorithm:
+// 0 = always two barriers per chunk, kShmAuto = whatever the machine's shape picks.
+static void sweep(int n, int ranks_per_node, size_t cma_min = 0, size_t one_phase = kShmAuto) {
   std::string err = testing::run_threads(n, [&](int rank, const std::shared_ptr<Store>& store) {
     CommunicatorOptions opts;
     opts.timeout = Seconds(20);
     opts.shm_chunk_bytes = 4096;  // small slots: "large" counts cross many pipeline chunks
     opts.cma_min_bytes = cma_min;
+    opts.shm_one_phase_bytes = one_phase;
     std::string node = ranks_per_node ? "node" + std::to_string(rank / ranks_per_node) : "node";
     Communicator comm(store, rank, n, node, opts);
     for (size_t count : testing::counts_for(n, 3001))
@@ -45,6 +49,45 @@ static void sweep(int n, int ranks_per_node, size_t cma_min = 0) {
 }
 
 START_TEST(one_node_1_to_8_ranks) { sweep(_i, 0); }
+END_TEST
+
+// Each algorithm on its own, whatever the machine: the two-phase one stages only its peers'
+// slices and reads its own from its buffer; the one-phase one reduces in place.
+START_TEST(one_node_two_phase_1_to_8_ranks) { sweep(_i, 0, 0, 0); }
+END_TEST
+
+START_TEST(one_node_one_phase_1_to_8_ranks) { sweep(_i, 0, 0, 1 << 20); }
+END_TEST
+
+// All ranks pinned to one CPU: the group sees itself oversubscribed, so waiters yield (or, with
+// a yield budget of 0, sleep at once), chunks shrink to 256 KiB in the default 1 MiB slots and
+// every chunk takes two barriers. Counts straddle the 256 KiB chunk and the 1 MiB slot.
+static void oversubscribed(int n, int64_t yield_us) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);  // threads inherit it
+  std::string err = testing::run_threads(n, [&](int rank, const std::shared_ptr<Store>& store) {
+    CommunicatorOptions opts;
+    opts.timeout = Seconds(20);
+    opts.shm_yield_us = yield_us;
+    Communicator comm(store, rank, n, "node", opts);
+    for (size_t count : {size_t{0}, size_t{1}, size_t(n + 1), size_t{65535}, size_t{65536 * 3 + 7},
+                         size_t{262144 + 1}})
+      for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64})
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) check_one(comm, n, count, dtype, op);
+  });
+  ck_assert_msg(err.empty(), "%d ranks on one CPU, yield %lld us: %s", n,
+                static_cast<long long>(yield_us), err.c_str());
+}
+
+START_TEST(oversubscribed_ranks_yield) {
+  static const int kRanks[] = {2, 3, 4};
+  oversubscribed(kRanks[_i], 20000);
+}
+END_TEST
+
+START_TEST(oversubscribed_ranks_sleep_at_once) { oversubscribed(3, 0); }
 END_TEST
 
 START_TEST(fake_nodes_hierarchical) {
@@ -145,6 +188,10 @@ Suite* make_suite(void) {
   TCase* tc = tcase_create("allreduce");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, one_node_1_to_8_ranks, 1, 9);
+  tcase_add_loop_test(tc, one_node_two_phase_1_to_8_ranks, 1, 9);
+  tcase_add_loop_test(tc, one_node_one_phase_1_to_8_ranks, 1, 9);
+  tcase_add_loop_test(tc, oversubscribed_ranks_yield, 0, 3);
+  tcase_add_test(tc, oversubscribed_ranks_sleep_at_once);
   tcase_add_loop_test(tc, fake_nodes_hierarchical, 0, 6);
   tcase_add_loop_test(tc, one_node_cma_1_to_8_ranks, 1, 9);
   tcase_add_loop_test(tc, fake_nodes_cma, 0, 3);
