@@ -42,28 +42,45 @@ long count_wrong(Impl& impl, std::vector<float>& buf, size_t count, const World&
   return total;
 }
 
-// Seconds per call: the mean over a loop of ~0.25 s, the best of `best_of` such loops (on a
-// shared machine, background load only ever makes a loop slower).
-Result measure(Impl& impl, std::vector<float>& buf, size_t count, const World& w, int best_of) {
-  Result r;
+// Checks the result and sizes a timed loop of ~0.25 s (the warm-up call sets its length).
+int prepare(Impl& impl, std::vector<float>& buf, size_t count, const World& w, Result& r) {
   r.wrong = count_wrong(impl, buf, count, w);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = now();
-  impl.allreduce(buf.data(), count);  // warm-up, also sizes the loop
+  impl.allreduce(buf.data(), count);
   int iters = static_cast<int>(std::clamp(0.25 / std::max(max_over_ranks(now() - t0), 1e-7), 2.0, 200.0));
   MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  double secs = 1e30;
-  for (int rep = 0; rep < best_of; ++rep) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = now();
-    for (int i = 0; i < iters; ++i) impl.allreduce(buf.data(), count);
-    secs = std::min(secs, max_over_ranks(now() - t0) / iters);
-  }
+  return iters;
+}
+
+// Seconds per call over one timed loop: the slowest rank's mean.
+double time_loop(Impl& impl, std::vector<float>& buf, size_t count, int iters) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = now();
+  for (int i = 0; i < iters; ++i) impl.allreduce(buf.data(), count);
+  return max_over_ranks(now() - t0) / iters;
+}
+
+// Every implementation at one size: `best_of` rounds, each timing one loop of every
+// implementation in turn, keeping each one's fastest loop. Interleaving the rounds puts a burst
+// of load from elsewhere (this machine is shared; load only ever slows a loop) on all of them
+// alike instead of on whichever happened to be running.
+std::vector<Result> measure_all(std::vector<std::unique_ptr<Impl>>& impls, std::vector<float>& buf,
+                                size_t count, const World& w, int best_of) {
+  std::vector<Result> results(impls.size());
+  std::vector<int> iters(impls.size());
+  std::vector<double> secs(impls.size(), 1e30);
+  for (size_t k = 0; k < impls.size(); ++k) iters[k] = prepare(*impls[k], buf, count, w, results[k]);
+  for (int rep = 0; rep < best_of; ++rep)
+    for (size_t k = 0; k < impls.size(); ++k)
+      secs[k] = std::min(secs[k], time_loop(*impls[k], buf, count, iters[k]));
   double bytes = static_cast<double>(count) * sizeof(float);
-  r.time_us = secs * 1e6;
-  r.algbw = bytes / secs / 1e9;
-  r.busbw = r.algbw * 2.0 * (w.size - 1) / w.size;
-  return r;
+  for (size_t k = 0; k < impls.size(); ++k) {
+    results[k].time_us = secs[k] * 1e6;
+    results[k].algbw = bytes / secs[k] / 1e9;
+    results[k].busbw = results[k].algbw * 2.0 * (w.size - 1) / w.size;
+  }
+  return results;
 }
 
 // STREAM-style copy: every rank copies `bytes` at once; returns per-rank GB/s (best of 5).
@@ -131,8 +148,7 @@ int main(int argc, char** argv) {
   }
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
     size_t count = bytes / sizeof(float);
-    std::vector<Result> results;
-    for (auto& impl : impls) results.push_back(measure(*impl, buf, count, w, best_of));
+    std::vector<Result> results = measure_all(impls, buf, count, w, best_of);
     if (w.rank != 0) continue;
     std::printf("%12zu %12zu %6s", bytes, count, "float");
     for (auto& r : results)
