@@ -39,7 +39,7 @@ struct OpHeader {
 std::string describe(const OpHeader& h);
 
 // The knobs of CommunicatorOptions that the group needs once every rank has attached.
-constexpr size_t kAutoSlotBytes = 1 << 20;
+constexpr size_t kAutoSlotBytes = 512 << 10;
 constexpr size_t kOversubscribedChunk = 256 << 10;
 
 struct ShmTuning {

@@ -22,8 +22,8 @@ inline constexpr size_t kShmAuto = ~size_t{0};
 
 struct CommunicatorOptions {
   Seconds timeout{300.0};            // LIBTRAIN_TIMEOUT: no wait lasts longer
-  // LIBTRAIN_SHM_CHUNK: per-rank slot (pipeline chunk). kShmAuto: 1 MiB slots (in L2/L3, half
-  // the barriers of 256 KiB); allreduce pipelines 256 KiB chunks in them when the node's ranks
+  // LIBTRAIN_SHM_CHUNK: per-rank slot (pipeline chunk). kShmAuto: 512 KiB slots (a chunk, its
+  // slot and the slices read stay in L2); allreduce pipelines 256 KiB chunks in them when the node's ranks
   // outnumber its CPUs (then two ranks share each core's cache).
   size_t shm_chunk_bytes = kShmAuto;
   // LIBTRAIN_SHM_ONE_PHASE: chunks up to this many bytes take 1 barrier (every rank reduces the

@@ -60,8 +60,8 @@ START_TEST(one_node_one_phase_1_to_8_ranks) { sweep(_i, 0, 0, 1 << 20); }
 END_TEST
 
 // All ranks pinned to one CPU: the group sees itself oversubscribed, so waiters yield (or, with
-// a yield budget of 0, sleep at once), chunks shrink to 256 KiB in the default 1 MiB slots and
-// every chunk takes two barriers. Counts straddle the 256 KiB chunk and the 1 MiB slot.
+// a yield budget of 0, sleep at once), chunks shrink to 256 KiB in the default 512 KiB slots and
+// every chunk takes two barriers. Counts straddle the 256 KiB chunk and the 512 KiB slot.
 static void oversubscribed(int n, int64_t yield_us) {
   cpu_set_t one;
   CPU_ZERO(&one);
@@ -143,7 +143,7 @@ END_TEST
 
 START_TEST(large_buffer_float32) {
   std::string err = testing::run_threads(3, [](int rank, const std::shared_ptr<Store>& store) {
-    Communicator comm(store, rank, 3, "node");  // default 1 MiB slots
+    Communicator comm(store, rank, 3, "node");  // default 512 KiB slots
     std::vector<float> buf(3 * 1000 * 1000 + 7);
     for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(testing::value_of(rank, i));
     comm.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
