@@ -141,6 +141,8 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   if (const char* v = std::getenv("LIBTRAIN_SHM_YIELD_US"))
     o.shm_yield_us = static_cast<int64_t>(std::min<unsigned long long>(
         env_count("LIBTRAIN_SHM_YIELD_US", v, "microseconds (0 sleeps at once)"), 60'000'000));
+  if (const char* v = std::getenv("LIBTRAIN_RING_WHOLE"))
+    o.ring_whole_bytes = env_count("LIBTRAIN_RING_WHOLE", v, "a byte count (0: never)");
   if (const char* v = std::getenv("LIBTRAIN_CMA_MIN")) {
     char* end = nullptr;
     o.cma_min_bytes = std::strtoull(v, &end, 10);

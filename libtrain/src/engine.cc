@@ -57,7 +57,8 @@ void Communicator::Engine::connect(Store& store) {
     store.set(key, to_bytes(name));
   }
   if (topo_.node_count > 1 && leader)
-    ring_ = std::make_unique<detail::TcpRing>(store, topo_.rank, leaders_, false, opts_.timeout);
+    ring_ = std::make_unique<detail::TcpRing>(store, topo_.rank, leaders_, false, opts_.timeout,
+                                              opts_.ring_whole_bytes);
   store.publish(opts_.timeout);
   if (topo_.local_size > 1 && !leader)
     shm_ = std::make_unique<detail::ShmGroup>(to_string(store.get(key, opts_.timeout)), false,
@@ -70,7 +71,7 @@ void Communicator::Engine::connect(Store& store) {
 }
 
 size_t Communicator::Engine::slot_bytes() const {
-  return opts_.shm_chunk_bytes == kShmAuto ? detail::kAutoSlotBytes : opts_.shm_chunk_bytes;
+  return opts_.shm_chunk_bytes == kAuto ? detail::kAutoSlotBytes : opts_.shm_chunk_bytes;
 }
 
 void Communicator::Engine::fail(const std::string& why) noexcept {
@@ -87,7 +88,8 @@ void Communicator::Engine::guarded(const OpHeader& h, Fn&& body) {
   try {
     agree(h);
     body();
-    if (shm_) shm_->finish();  // the header check, when the collective had no barrier of its own
+    if (shm_) shm_->finish();  // the header checks, when the collective moved no data
+    if (ring_) ring_->finish();
   } catch (const std::exception& e) {
     fail(e.what());
     throw;

@@ -149,10 +149,10 @@ void ShmGroup::wait_attached(const ShmTuning& tuning) {
     name_.clear();
   }
   find_oversubscription();
-  chunk_bytes_ = tuning.chunk_bytes == kShmAuto && oversubscribed_
+  chunk_bytes_ = tuning.chunk_bytes == kAuto && oversubscribed_
                      ? std::min(slot_bytes_, kOversubscribedChunk)
                      : slot_bytes_;
-  one_phase_bytes_ = tuning.one_phase_bytes != kShmAuto ? tuning.one_phase_bytes
+  one_phase_bytes_ = tuning.one_phase_bytes != kAuto ? tuning.one_phase_bytes
                      : oversubscribed_                  ? 0
                                                         : kAutoOnePhase;
   yield_ = std::chrono::microseconds(tuning.yield_us);

@@ -43,8 +43,8 @@ constexpr size_t kAutoSlotBytes = 512 << 10;
 constexpr size_t kOversubscribedChunk = 256 << 10;
 
 struct ShmTuning {
-  size_t chunk_bytes = 0;      // kShmAuto: the slot, 256 KiB when oversubscribed
-  size_t one_phase_bytes = 0;  // kShmAuto: 16 KiB, 0 when oversubscribed
+  size_t chunk_bytes = 0;      // kAuto: the slot, 256 KiB when oversubscribed
+  size_t one_phase_bytes = 0;  // kAuto: 16 KiB, 0 when oversubscribed
   int64_t yield_us = 0;        // oversubscribed only: sched_yield this long before the futex
   size_t cma_min_bytes = 0;    // 0: never CMA
 };

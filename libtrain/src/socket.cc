@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -157,18 +158,25 @@ static size_t step_send(int fd, const char* p, size_t left, const std::string& p
   throw_peer_lost(peer, errno);
 }
 
-static size_t step_recv(int fd, char* p, size_t left, const std::string& peer) {
-  ssize_t n = ::recv(fd, p, left, 0);
+// Reads what is there of the prefix and the body (one readv); returns bytes moved.
+static size_t step_recv(int fd, Incoming& in, size_t got, const std::string& peer) {
+  iovec v[2];
+  int parts = 0;
+  auto* prefix = static_cast<char*>(in.prefix);
+  auto* body = static_cast<char*>(in.body);
+  if (got < in.prefix_len) v[parts++] = {prefix + got, in.prefix_len - got};
+  size_t body_got = got > in.prefix_len ? got - in.prefix_len : 0;
+  if (body_got < in.body_len) v[parts++] = {body + body_got, in.body_len - body_got};
+  ssize_t n = ::readv(fd, v, parts);
   if (n > 0) return static_cast<size_t>(n);
   if (n == 0) throw_peer_lost(peer, 0);
   if (errno == EAGAIN || errno == EINTR) return 0;
   throw_peer_lost(peer, errno);
 }
 
-void exchange(int send_fd, const void* send_buf, size_t send_len, int recv_fd, void* recv_buf,
-              size_t recv_len, Clock::time_point deadline, const std::string& send_peer,
-              const std::string& recv_peer, const std::function<void(size_t)>& on_recv) {
-  size_t sent = 0, got = 0;
+void exchange(int send_fd, const void* send_buf, size_t send_len, int recv_fd, Incoming& in,
+              Clock::time_point deadline, const std::string& send_peer, const std::string& recv_peer) {
+  size_t sent = 0, got = 0, recv_len = in.prefix_len + in.body_len;
   while (sent < send_len || got < recv_len) {
     bool progress = false;
     if (sent < send_len) {
@@ -177,9 +185,11 @@ void exchange(int send_fd, const void* send_buf, size_t send_len, int recv_fd, v
       progress |= n > 0;
     }
     if (got < recv_len) {
-      size_t n = step_recv(recv_fd, static_cast<char*>(recv_buf) + got, recv_len - got, recv_peer);
+      size_t n = step_recv(recv_fd, in, got, recv_peer);
+      bool prefix_done = got < in.prefix_len && got + n >= in.prefix_len;
       got += n;
-      if (n > 0 && on_recv) on_recv(got);
+      if (prefix_done && in.on_prefix) in.on_prefix();
+      if (got > in.prefix_len && n > 0 && in.on_body) in.on_body(got - in.prefix_len);
       progress |= n > 0;
     }
     if (progress) continue;

@@ -46,12 +46,22 @@ void set_nodelay_nonblock(int fd);
 void send_all(int fd, const void* buf, size_t len, Clock::time_point deadline, const std::string& peer);
 void recv_all(int fd, void* buf, size_t len, Clock::time_point deadline, const std::string& peer);
 
-// Sends `send_len` bytes to `send_fd` while receiving `recv_len` bytes from `recv_fd`, so that a
-// ring of ranks all sending at once cannot deadlock. `on_recv(bytes_so_far)` runs as data arrives
-// (the ring reduces finished chunks while the rest is in flight).
-void exchange(int send_fd, const void* send_buf, size_t send_len, int recv_fd, void* recv_buf,
-              size_t recv_len, Clock::time_point deadline, const std::string& send_peer,
-              const std::string& recv_peer, const std::function<void(size_t)>& on_recv);
+// What one exchange() receives: an optional prefix (the ring's op header), checked by `on_prefix`
+// as soon as it is in, then `body_len` bytes into `body`, `on_body(bytes_so_far)` running as they
+// arrive (the ring reduces finished chunks while the rest is in flight).
+struct Incoming {
+  void* prefix = nullptr;
+  size_t prefix_len = 0;
+  std::function<void()> on_prefix;
+  void* body = nullptr;
+  size_t body_len = 0;
+  std::function<void(size_t)> on_body;
+};
+
+// Sends `send_len` bytes to `send_fd` while receiving `in` from `recv_fd`, so that a ring of ranks
+// all sending at once cannot deadlock.
+void exchange(int send_fd, const void* send_buf, size_t send_len, int recv_fd, Incoming& in,
+              Clock::time_point deadline, const std::string& send_peer, const std::string& recv_peer);
 
 // Non-loopback IPv4 addresses of this host, then 127.0.0.1.
 std::vector<std::string> local_addresses();

@@ -17,22 +17,26 @@ namespace libtrain {
 
 class Timeline;
 
-// "Choose from the node's shape" for the shared-memory sizes below.
-inline constexpr size_t kShmAuto = ~size_t{0};
+// "Choose from the job's shape" for the sizes below.
+inline constexpr size_t kAuto = ~size_t{0};
 
 struct CommunicatorOptions {
   Seconds timeout{300.0};            // LIBTRAIN_TIMEOUT: no wait lasts longer
-  // LIBTRAIN_SHM_CHUNK: per-rank slot (pipeline chunk). kShmAuto: 512 KiB slots (a chunk, its
+  // LIBTRAIN_SHM_CHUNK: per-rank slot (pipeline chunk). kAuto: 512 KiB slots (a chunk, its
   // slot and the slices read stay in L2); allreduce pipelines 256 KiB chunks in them when the node's ranks
   // outnumber its CPUs (then two ranks share each core's cache).
-  size_t shm_chunk_bytes = kShmAuto;
+  size_t shm_chunk_bytes = kAuto;
   // LIBTRAIN_SHM_ONE_PHASE: chunks up to this many bytes take 1 barrier (every rank reduces the
-  // whole chunk). kShmAuto: 16 KiB, or 0 when the node's ranks outnumber its CPUs (there the
+  // whole chunk). kAuto: 16 KiB, or 0 when the node's ranks outnumber its CPUs (there the
   // n-fold reduction work costs more than the second barrier).
-  size_t shm_one_phase_bytes = kShmAuto;
+  size_t shm_one_phase_bytes = kAuto;
   // LIBTRAIN_SHM_YIELD_US: when the node's ranks outnumber its CPUs, a rank waiting at a barrier
   // gives its CPU away with sched_yield for up to this long before sleeping on a futex.
   int64_t shm_yield_us = 20000;
+  // LIBTRAIN_RING_WHOLE: across nodes, buffers up to this many bytes go around the ring whole
+  // (n-1 message latencies instead of 2(n-1), n-1 times the bytes). kAuto: up to 64 KiB while
+  // the extra bytes stay under 256 KiB. Like the shm sizes, it must be the same on every rank.
+  size_t ring_whole_bytes = kAuto;
   size_t cma_min_bytes = 0;  // LIBTRAIN_CMA_MIN: in-node collectives from this size read peers'
                              // buffers with process_vm_readv; 0 = never (the default: slower
                              // than the cache-resident slots where measured, bench/allreduce)

@@ -3,6 +3,7 @@
 // cross-memory attach) and on fake nodes (shared memory plus the TCP ring over loopback).
 #include <sched.h>
 
+#include <cstring>
 #include <vector>
 
 #include "ranks.h"
@@ -31,14 +32,17 @@ static void check_one(Communicator& comm, int n, size_t count, DataType dtype, R
 // Every combination for n ranks; `ranks_per_node` 0 puts all on one node. `cma_min` 1 sends
 // every in-node collective through process_vm_readv (threads of one process read their own
 // pid's memory, which exercises the same code), 0 none. `one_phase` forces the slot algorithm:
-// 0 = always two barriers per chunk, kShmAuto = whatever the machine's shape picks.
-static void sweep(int n, int ranks_per_node, size_t cma_min = 0, size_t one_phase = kShmAuto) {
+// 0 = always two barriers per chunk, kAuto = whatever the machine's shape picks. `ring_whole`
+// forces the leaders' ring algorithm likewise: 0 = always reduce-scatter + allgather.
+static void sweep(int n, int ranks_per_node, size_t cma_min = 0, size_t one_phase = kAuto,
+                  size_t ring_whole = kAuto) {
   std::string err = testing::run_threads(n, [&](int rank, const std::shared_ptr<Store>& store) {
     CommunicatorOptions opts;
     opts.timeout = Seconds(20);
     opts.shm_chunk_bytes = 4096;  // small slots: "large" counts cross many pipeline chunks
     opts.cma_min_bytes = cma_min;
     opts.shm_one_phase_bytes = one_phase;
+    opts.ring_whole_bytes = ring_whole;
     std::string node = ranks_per_node ? "node" + std::to_string(rank / ranks_per_node) : "node";
     Communicator comm(store, rank, n, node, opts);
     for (size_t count : testing::counts_for(n, 3001))
@@ -93,6 +97,46 @@ END_TEST
 START_TEST(fake_nodes_hierarchical) {
   static const int kCases[][2] = {{2, 1}, {3, 1}, {4, 2}, {5, 2}, {6, 3}, {8, 4}};
   sweep(kCases[_i][0], kCases[_i][1]);
+}
+END_TEST
+
+// Each ring algorithm on its own, over 2 to 5 leaders (the automatic choice sends every count
+// above whole, as the sweep's buffers are small).
+static const int kRingCases[][2] = {{2, 1}, {3, 1}, {5, 1}, {6, 2}, {8, 2}};
+
+START_TEST(fake_nodes_ring_reduce_scatter) { sweep(kRingCases[_i][0], kRingCases[_i][1], 0, kAuto, 0); }
+END_TEST
+
+START_TEST(fake_nodes_ring_whole) {
+  sweep(kRingCases[_i][0], kRingCases[_i][1], 0, kAuto, size_t{1} << 40);
+}
+END_TEST
+
+// Float sums depend on their order; data-parallel replicas stay identical only if every rank
+// gets the same bits. Values of very different magnitudes make any difference in order show.
+START_TEST(fake_nodes_bit_identical_results) {
+  static const int kCases[][2] = {{3, 1}, {4, 1}, {6, 2}};
+  int n = kCases[_i % 3][0], per_node = kCases[_i % 3][1];
+  size_t whole = _i < 3 ? size_t{1} << 40 : 0;
+  std::vector<std::vector<float>> results(static_cast<size_t>(n));
+  std::string err = testing::run_threads(n, [&](int rank, const std::shared_ptr<Store>& store) {
+    CommunicatorOptions opts;
+    opts.timeout = Seconds(20);
+    opts.ring_whole_bytes = whole;
+    Communicator comm(store, rank, n, "node" + std::to_string(rank / per_node), opts);
+    std::vector<float> buf(1001);
+    for (size_t i = 0; i < buf.size(); ++i)
+      buf[i] = static_cast<float>((rank % 3 == 0 ? 1e8 : rank % 3 == 1 ? -1e8 : 3.3) * (1.0 + 0.01 * static_cast<double>(i))) +
+               0.7f * static_cast<float>(rank);
+    comm.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    results[static_cast<size_t>(rank)] = buf;
+  });
+  ck_assert_msg(err.empty(), "%s", err.c_str());
+  for (int r = 1; r < n; ++r)
+    ck_assert_msg(std::memcmp(results[0].data(), results[static_cast<size_t>(r)].data(),
+                              results[0].size() * sizeof(float)) == 0,
+                  "%d ranks, %d per node, %s: rank %d's sums differ from rank 0's", n, per_node,
+                  whole ? "whole" : "reduce-scatter", r);
 }
 END_TEST
 
@@ -193,6 +237,9 @@ Suite* make_suite(void) {
   tcase_add_loop_test(tc, oversubscribed_ranks_yield, 0, 3);
   tcase_add_test(tc, oversubscribed_ranks_sleep_at_once);
   tcase_add_loop_test(tc, fake_nodes_hierarchical, 0, 6);
+  tcase_add_loop_test(tc, fake_nodes_ring_reduce_scatter, 0, 5);
+  tcase_add_loop_test(tc, fake_nodes_ring_whole, 0, 5);
+  tcase_add_loop_test(tc, fake_nodes_bit_identical_results, 0, 6);
   tcase_add_loop_test(tc, one_node_cma_1_to_8_ranks, 1, 9);
   tcase_add_loop_test(tc, fake_nodes_cma, 0, 3);
   tcase_add_test(tc, cma_between_processes);

@@ -96,6 +96,37 @@ END_TEST
 START_TEST(size_mismatch_across_nodes) { check_mismatch(4, two_per_node); }
 END_TEST
 
+// Node leaders that disagree find out from the op header that goes ahead of the ring's first
+// message (or that finish() reads when a collective sends nothing), before any data is used,
+// whichever ring algorithm each side picked: every rank throws, none waits for the timeout.
+static std::string own_node(int rank) { return "node" + std::to_string(rank); }
+
+START_TEST(leaders_disagree) {
+  static const size_t kCounts[][2] = {{1000, 999},       // both go around whole
+                                      {1000, 200000},    // whole against reduce-scatter
+                                      {200000, 199999},  // both reduce-scatter
+                                      {1000, 0}};        // one sends nothing at all
+  const size_t* counts = kCounts[_i];
+  auto start = std::chrono::steady_clock::now();
+  auto codes = testing::run_processes(3, [&](int rank, const std::shared_ptr<Store>& store) {
+    return classify([&] {
+      Communicator comm(store, rank, 3, own_node(rank), short_timeout());
+      std::vector<float> buf(200000, 1.0f);
+      comm.allreduce(buf.data(), 1000, DataType::kFloat32, ReduceOp::kSum);  // agree once first
+      comm.allreduce(buf.data(), counts[rank == 1], DataType::kFloat32, ReduceOp::kSum);
+    });
+  });
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r < 3; ++r)
+    ck_assert_msg(codes[static_cast<size_t>(r)] == kMismatch || codes[static_cast<size_t>(r)] == kPeer,
+                  "case %d: rank %d exited %d, want MismatchError or PeerError", _i, r,
+                  codes[static_cast<size_t>(r)]);
+  ck_assert_msg(codes[0] == kMismatch || codes[2] == kMismatch || codes[1] == kMismatch,
+                "case %d: nobody saw the mismatch", _i);
+  ck_assert_msg(secs < 4, "case %d: took %.1f s (timeout 5 s)", _i, secs);
+}
+END_TEST
+
 START_TEST(missing_rank_times_out) {
   auto start = std::chrono::steady_clock::now();
   auto codes = testing::run_processes(2, [](int rank, const std::shared_ptr<Store>& store) {
@@ -130,6 +161,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, dead_leader);
   tcase_add_test(tc, size_mismatch_one_node);
   tcase_add_test(tc, size_mismatch_across_nodes);
+  tcase_add_loop_test(tc, leaders_disagree, 0, 4);
   tcase_add_test(tc, missing_rank_times_out);
   tcase_add_test(tc, broken_communicator_keeps_failing);
   suite_add_tcase(s, tc);
