@@ -2,8 +2,13 @@
 // checked against closed-form values; on one node (shared memory through the slots, or
 // cross-memory attach) and on fake nodes (shared memory plus the TCP ring over loopback).
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "ranks.h"
@@ -185,6 +190,39 @@ START_TEST(async_handles_complete_in_order) {
 }
 END_TEST
 
+// Voluntary context switches of every thread of this process but the calling one.
+static long other_threads_switches() {
+  long total = 0;
+  std::string self = std::to_string(syscall(SYS_gettid));
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    if (e.path().filename() == self) continue;
+    std::ifstream in(e.path() / "status");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stol(line.substr(24));
+  }
+  return total;
+}
+
+// A synchronous collective runs on the caller's thread; the background worker (there for the
+// asynchronous ones) must sleep through it, not be woken for nothing each time.
+START_TEST(sync_collectives_leave_the_worker_asleep) {
+  std::string err = testing::run_threads(1, [](int rank, const std::shared_ptr<Store>& store) {
+    Communicator comm(store, rank, 1, "node");
+    float x[4] = {1, 2, 3, 4};
+    comm.allreduce(x, 4, DataType::kFloat32, ReduceOp::kSum);
+    long before = other_threads_switches();
+    for (int i = 0; i < 500; ++i) {
+      comm.allreduce(x, 4, DataType::kFloat32, ReduceOp::kSum);
+      usleep(100);  // as a training step would: a worker woken for nothing goes back to sleep
+    }
+    long woken = other_threads_switches() - before;
+    if (woken > 5)
+      throw std::runtime_error("the worker woke " + std::to_string(woken) + " times in 500 synchronous allreduces");
+  });
+  ck_assert_msg(err.empty(), "%s", err.c_str());
+}
+END_TEST
+
 START_TEST(large_buffer_float32) {
   std::string err = testing::run_threads(3, [](int rank, const std::shared_ptr<Store>& store) {
     Communicator comm(store, rank, 3, "node");  // default 512 KiB slots
@@ -244,6 +282,7 @@ Suite* make_suite(void) {
   tcase_add_loop_test(tc, fake_nodes_cma, 0, 3);
   tcase_add_test(tc, cma_between_processes);
   tcase_add_test(tc, async_handles_complete_in_order);
+  tcase_add_test(tc, sync_collectives_leave_the_worker_asleep);
   tcase_add_test(tc, large_buffer_float32);
   tcase_add_test(tc, invalid_op_for_dtype_is_rejected);
   tcase_add_test(tc, half_conversions_round_to_nearest_even);
