@@ -25,6 +25,23 @@ Result<std::string> read_file_limited(const std::string& path, size_t max_bytes,
   return out;
 }
 
+Status write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::from_errno("create " + tmp, errno);
+  Status st;
+  for (size_t done = 0; st.ok() && done < content.size();) {
+    ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) st = Status::from_errno("write " + tmp, errno);
+    else done += static_cast<size_t>(n);
+  }
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) == -1)
+    st = Status::from_errno("rename " + tmp + " to " + path, errno);
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
 Status make_dirs(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return Status();
   if (errno != ENOENT) return Status::from_errno("mkdir " + path, errno);

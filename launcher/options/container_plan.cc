@@ -142,14 +142,7 @@ Result<std::string> named_container_image(const std::string& dir, const std::str
 }
 
 Status record_named_container_image(const std::string& dir, const std::string& digest) {
-  const std::string path = dir + "/image", tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << digest << "\n";
-    if (!out) return Status::from_errno("write " + tmp, errno);
-  }
-  SLIPWAY_SYS(rename(tmp.c_str(), path.c_str()), "rename " + tmp);
-  return Status();
+  return write_file_atomic(dir + "/image", digest + "\n");
 }
 
 }  // namespace slipway::launcher

@@ -1,5 +1,5 @@
 // Unit tests for the small file helpers (common/file_util.h): bounded reads that refuse or follow a
-// final symlink, and mkdir -p with the mode it is given.
+// final symlink, atomic replacement, and mkdir -p with the mode it is given.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +14,7 @@
 using slipway::launcher::make_dirs;
 using slipway::launcher::read_file_limited;
 using slipway::launcher::Symlinks;
+using slipway::launcher::write_file_atomic;
 
 namespace {
 std::string temp_dir() {
@@ -53,6 +54,22 @@ START_TEST(make_dirs_names_what_blocks_it) {
 }
 END_TEST
 
+START_TEST(write_file_atomic_replaces_whole_and_leaves_no_temporary) {
+  const std::string d = temp_dir();
+  ck_assert(write_file_atomic(d + "/f", "first\n").ok());
+  ck_assert(write_file_atomic(d + "/f", "second\n").ok());
+  ck_assert_str_eq(read_file_limited(d + "/f", 100)->c_str(), "second\n");
+  ck_assert_int_eq(mode_of(d + "/f"), 0600);
+  // A destination that cannot be replaced: the old directory stays, no temporary is left.
+  ck_assert_int_eq(mkdir((d + "/dir").c_str(), 0700), 0);
+  auto st = write_file_atomic(d + "/dir", "x");
+  ck_assert(!st.ok());
+  ck_assert_ptr_nonnull(strstr(st.message().c_str(), "rename"));
+  ck_assert_int_eq(system(("test $(ls " + d + " | wc -l) -eq 2").c_str()), 0);
+  remove_tree(d);
+}
+END_TEST
+
 START_TEST(read_file_limited_bounds_and_symlinks) {
   const std::string d = temp_dir();
   std::ofstream(d + "/f") << "hello";
@@ -73,6 +90,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, make_dirs_creates_missing_parents_with_the_mode);
   tcase_add_test(tc, make_dirs_names_what_blocks_it);
   tcase_add_test(tc, read_file_limited_bounds_and_symlinks);
+  tcase_add_test(tc, write_file_atomic_replaces_whole_and_leaves_no_temporary);
   suite_add_tcase(s, tc);
   return s;
 }
