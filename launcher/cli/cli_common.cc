@@ -44,10 +44,14 @@ ImportOptions import_options() {
   return o;
 }
 
-Result<ImportedImage> import_text(const std::string& text) {
+Result<ImageRef> parse_text_ref(const std::string& text) {
   RefDefaults d;
   d.default_registry = env_or("SLIPWAY_DEFAULT_REGISTRY", std::string(kDockerHubRegistry));
-  auto ref = parse_image_ref(text, d);
+  return parse_image_ref(text, d);
+}
+
+Result<ImportedImage> import_text(const std::string& text) {
+  auto ref = parse_text_ref(text);
   SLIPWAY_TRY(ref);
   return import_image(*ref, import_options());
 }

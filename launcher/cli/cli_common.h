@@ -18,6 +18,8 @@ std::vector<std::string> env_list(const char* name);
 bool env_flag(const char* name, bool fallback);
 
 ImportOptions import_options();
+// TEXT as an image reference, unqualified names on SLIPWAY_DEFAULT_REGISTRY (Docker Hub).
+Result<ImageRef> parse_text_ref(const std::string& text);
 Result<ImportedImage> import_text(const std::string& text);
 
 int cmd_run(std::vector<std::string>& args);

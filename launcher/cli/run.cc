@@ -3,7 +3,8 @@
 // Standalone, the container is this process's alone. Under srun (SLURM_STEP_ID set), the tasks of a
 // node share one container, as with the plugin: the first task starts a detached holder, recorded
 // in <cache>/run/<node>-<job>.<step>/, the others join it; each task holds a shared lock on `users`
-// while it runs and the holder exits when the last task has gone (HolderOptions::detached).
+// while it runs and the holder exits when the last task has gone (HolderOptions::detached). The
+// first task also pins the digest an image tag resolved to there (`image`), which the others use.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 
 #include "cli/cli_common.h"
+#include "common/file_util.h"
 #include "options/container_plan.h"
 #include "runtime/container.h"
 #include "runtime/seccomp.h"
@@ -60,6 +62,43 @@ Result<JobOptions> parse_options(const std::vector<std::string>& args, size_t en
   return opts;
 }
 
+// Under srun, this node's directory for the step; empty when not under srun.
+std::string step_run_dir() {
+  const char* job = getenv("SLURM_JOB_ID");
+  const char* step = getenv("SLURM_STEP_ID");
+  if (!job || !step) return "";
+  return import_options().cache_dir + "/run/" + host_name() + "-" + job + "." + step;
+}
+
+// The tasks of a node resolve a tag once per step: the first to take the step's lock imports the
+// image and records "TEXT\nDIGEST\n" in `image`; the others import that digest, which costs no
+// registry request once it is cached. The registry sees one manifest request per node and step
+// instead of one per task, and the tasks of a node run the same bytes even if the tag moves
+// meanwhile. (Across nodes only the plugin, which resolves the tag in srun, pins a job's digest.)
+Result<ImportedImage> import_for_step(const std::string& text, const std::string& run_dir) {
+  auto ref = parse_text_ref(text);
+  SLIPWAY_TRY(ref);
+  if (ref->kind != ImageRef::Kind::kRegistry || !ref->digest.empty())
+    return import_image(*ref, import_options());
+  SLIPWAY_TRY(make_private_dirs(run_dir));
+  auto lock = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
+  SLIPWAY_TRY(lock);
+  const std::string pin = run_dir + "/image";
+  if (auto pinned = read_file_limited(pin, 4096); pinned.ok()) {
+    size_t nl = pinned->find('\n');
+    std::string digest = nl == std::string::npos ? "" : pinned->substr(nl + 1);
+    if (!digest.empty() && digest.back() == '\n') digest.pop_back();
+    if (pinned->compare(0, nl, text) == 0 && is_valid_digest(digest)) {
+      ref->digest = digest;
+      return import_image(*ref, import_options());
+    }
+  }
+  auto img = import_image(*ref, import_options());
+  SLIPWAY_TRY(img);
+  SLIPWAY_TRY(write_file_atomic(pin, text + "\n" + img->manifest_digest + "\n"));
+  return img;
+}
+
 struct Prepared {
   JobOptions opts;
   ImportedImage image;
@@ -93,7 +132,9 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
     SLIPWAY_TRY(img);
     p.image = std::move(*img);
   } else {
-    auto img = import_text(p.opts.container_image);
+    const std::string run_dir = step_run_dir();
+    auto img = run_dir.empty() ? import_text(p.opts.container_image)
+                               : import_for_step(p.opts.container_image, run_dir);
     SLIPWAY_TRY(img);
     p.image = std::move(*img);
     if (p.named) SLIPWAY_TRY(record_named_container_image(p.named->dir, p.image.manifest_digest));
@@ -208,20 +249,15 @@ int cmd_run(std::vector<std::string>& args) {
   // A bad option is a usage error (2); anything else failed while trying (1).
   if (!p.ok()) return fail(p.status().message()) + (p.status().error_number() == EINVAL ? 1 : 0);
   std::vector<std::string> command(args.begin() + static_cast<long>(dash) + 1, args.end());
-  const char* job = getenv("SLURM_JOB_ID");
-  const char* step = getenv("SLURM_STEP_ID");
+  const std::string run_dir = step_run_dir();
   // Alone, this process becomes the container: no holder, no fork, nothing left behind.
-  if (!(job && step) && is_single_threaded()) {
+  if (run_dir.empty() && is_single_threaded()) {
     apply_image_env(*p);
     exec_command(enter_container(p->spec, task_view(*p)), *p, std::move(command));
   }
   UniqueFd users;
   Result<ContainerHolder> holder =
-      job && step ? step_holder(*p,
-                                import_options().cache_dir + "/run/" + host_name() + "-" + job +
-                                    "." + step,
-                                users)
-                  : start_holder(p->spec);
+      run_dir.empty() ? start_holder(p->spec) : step_holder(*p, run_dir, users);
   if (!holder.ok()) return fail("cannot start the container: " + holder.status().message());
   pid_t child = fork();
   if (child < 0) return fail(std::string("fork: ") + strerror(errno));

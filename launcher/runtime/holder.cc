@@ -34,14 +34,15 @@ Status isolate_descriptors(int report_fd) {
 }
 
 // A detached holder lives while any task holds a shared flock on the users lock; the last one out
-// leaves it to remove the step's run directory (the lock's directory: holder, lock, users files).
+// leaves it to remove the step's run directory (the lock's directory: holder, lock, users files,
+// and the image the step's tasks pinned).
 [[noreturn]] void wait_for_users(const std::string& users_lock) {
   UniqueFd fd(open(users_lock.c_str(), O_RDONLY | O_CLOEXEC));
   for (;;) {
     usleep(200 * 1000);
     if (fd.valid() && flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
     const std::string dir = users_lock.substr(0, users_lock.rfind('/'));
-    for (const char* f : {"/holder", "/lock", "/users"}) unlink((dir + f).c_str());
+    for (const char* f : {"/holder", "/lock", "/users", "/image"}) unlink((dir + f).c_str());
     rmdir(dir.c_str());
     _exit(0);
   }

@@ -37,15 +37,30 @@ test_tasks_of_a_node_share_one_container_under_srun() {
     assert_equal 6 "$(grep -c ' busybox$' <<<"$output")" "tasks inside busybox"
 }
 
-test_nothing_outlives_the_step() {
-    run_job srun -N2 --ntasks-per-node=2 -K ./slipway run --container-image="$BUSYBOX" -- true
+# The tasks of a node resolve the tag once per step (the first pins the digest for the others):
+# one manifest request per node, not one per task.
+test_tasks_of_a_node_resolve_the_tag_once() {
+    local log=$SANDBOX_DIR/log/registry-access.log mark
+    mark=$(wc -l <"$log")
+    run_job srun -N2 --ntasks-per-node=4 -K ./slipway run --container-image="$BUSYBOX" -- cat /etc/slipway-image
     assert_success
+    assert_equal 8 "$(grep -cx busybox <<<"$output")" "tasks inside busybox"
+    assert_equal 2 "$(tail -n +"$((mark + 1))" "$log" | grep -c '"GET /v2/slipway/busybox/manifests/')" \
+        "manifest requests (2 nodes, 8 tasks)"
+}
+
+test_nothing_outlives_the_step() {
+    run_job srun -N2 --ntasks-per-node=2 -K ./slipway run --container-image="$BUSYBOX" -- sh -c 'echo $SLURM_JOB_ID'
+    assert_success
+    local job=${lines[0]}
+    [[ $job =~ ^[0-9]+$ ]] || fail "no job id in: $output"
     sleep 0.6  # the holder notices its last task within 0.2 s
     local holders
     holders=$(sandbox_pids slipway-holder)
     [[ -z $holders ]] || fail "holders left: $holders"
+    # This job's only: a holder killed by an earlier 'slipway-sandbox down' leaves its own behind.
     local left
-    left=$(ls -d "$SANDBOX_DIR"/nodes/node*/var-tmp/slipway-"$(id -u slwuser)"/run/*-* 2>/dev/null || true)
+    left=$(ls -d "$SANDBOX_DIR"/nodes/node*/var-tmp/slipway-"$(id -u slwuser)"/run/*-"$job".* 2>/dev/null || true)
     [[ -z $left ]] || fail "run directories left: $left"
 }
 
