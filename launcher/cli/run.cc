@@ -62,12 +62,12 @@ Result<JobOptions> parse_options(const std::vector<std::string>& args, size_t en
   return opts;
 }
 
-// Under srun, this node's directory for the step; empty when not under srun.
-std::string step_run_dir() {
+// Under srun, this node's directory for the step in `cache`; empty when not under srun.
+std::string step_run_dir(const std::string& cache) {
   const char* job = getenv("SLURM_JOB_ID");
   const char* step = getenv("SLURM_STEP_ID");
   if (!job || !step) return "";
-  return import_options().cache_dir + "/run/" + host_name() + "-" + job + "." + step;
+  return cache + "/run/" + host_name() + "-" + job + "." + step;
 }
 
 // The tasks of a node resolve a tag once per step: the first to take the step's lock imports the
@@ -78,8 +78,8 @@ std::string step_run_dir() {
 Result<ImportedImage> import_for_step(const std::string& text, const std::string& run_dir) {
   auto ref = parse_text_ref(text);
   SLIPWAY_TRY(ref);
-  if (ref->kind != ImageRef::Kind::kRegistry || !ref->digest.empty())
-    return import_image(*ref, import_options());
+  const ImportOptions opts = import_options();
+  if (ref->kind != ImageRef::Kind::kRegistry || !ref->digest.empty()) return import_image(*ref, opts);
   SLIPWAY_TRY(make_private_dirs(run_dir));
   auto lock = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
   SLIPWAY_TRY(lock);
@@ -90,16 +90,17 @@ Result<ImportedImage> import_for_step(const std::string& text, const std::string
     if (!digest.empty() && digest.back() == '\n') digest.pop_back();
     if (pinned->compare(0, nl, text) == 0 && is_valid_digest(digest)) {
       ref->digest = digest;
-      return import_image(*ref, import_options());
+      return import_image(*ref, opts);
     }
   }
-  auto img = import_image(*ref, import_options());
+  auto img = import_image(*ref, opts);
   SLIPWAY_TRY(img);
   SLIPWAY_TRY(write_file_atomic(pin, text + "\n" + img->manifest_digest + "\n"));
   return img;
 }
 
 struct Prepared {
+  std::string run_dir;  // under srun, this node's directory for the step
   JobOptions opts;
   ImportedImage image;
   LaunchSpec spec;
@@ -113,6 +114,7 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   SLIPWAY_TRY(opts);
   p.opts = std::move(*opts);
   const std::string cache = import_options().cache_dir;
+  p.run_dir = step_run_dir(cache);
   PlanInput in;
   in.cache_dir = cache;
   in.uid = getuid();
@@ -132,9 +134,8 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
     SLIPWAY_TRY(img);
     p.image = std::move(*img);
   } else {
-    const std::string run_dir = step_run_dir();
-    auto img = run_dir.empty() ? import_text(p.opts.container_image)
-                               : import_for_step(p.opts.container_image, run_dir);
+    auto img = p.run_dir.empty() ? import_text(p.opts.container_image)
+                                 : import_for_step(p.opts.container_image, p.run_dir);
     SLIPWAY_TRY(img);
     p.image = std::move(*img);
     if (p.named) SLIPWAY_TRY(record_named_container_image(p.named->dir, p.image.manifest_digest));
@@ -249,7 +250,7 @@ int cmd_run(std::vector<std::string>& args) {
   // A bad option is a usage error (2); anything else failed while trying (1).
   if (!p.ok()) return fail(p.status().message()) + (p.status().error_number() == EINVAL ? 1 : 0);
   std::vector<std::string> command(args.begin() + static_cast<long>(dash) + 1, args.end());
-  const std::string run_dir = step_run_dir();
+  const std::string& run_dir = p->run_dir;
   // Alone, this process becomes the container: no holder, no fork, nothing left behind.
   if (run_dir.empty() && is_single_threaded()) {
     apply_image_env(*p);

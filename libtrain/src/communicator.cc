@@ -151,13 +151,8 @@ CommunicatorOptions CommunicatorOptions::from_env() {
         env_count("LIBTRAIN_SHM_YIELD_US", v, "microseconds (0 sleeps at once)"), 60'000'000));
   if (const char* v = std::getenv("LIBTRAIN_RING_WHOLE"))
     o.ring_whole_bytes = env_count("LIBTRAIN_RING_WHOLE", v, "a byte count (0: never)");
-  if (const char* v = std::getenv("LIBTRAIN_CMA_MIN")) {
-    char* end = nullptr;
-    o.cma_min_bytes = std::strtoull(v, &end, 10);
-    if (!*v || *end)
-      throw InvalidArgument(std::string("libtrain: LIBTRAIN_CMA_MIN='") + v +
-                            "' must be a byte count (0 turns cross-memory attach off)");
-  }
+  if (const char* v = std::getenv("LIBTRAIN_CMA_MIN"))
+    o.cma_min_bytes = env_count("LIBTRAIN_CMA_MIN", v, "a byte count (0 turns cross-memory attach off)");
   return o;
 }
 
