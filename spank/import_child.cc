@@ -3,6 +3,7 @@
 #include "import_child.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,6 +81,7 @@ void send(int fd, char type, std::string_view body) {
 }
 
 [[noreturn]] void child(const StepIds& ids, const ImportWork& work, int fd) {
+  prctl(PR_SET_NAME, "slipway-import", 0, 0, 0);  // what ps and top show admins (and tests)
   auto who = launcher::become_user(ids.uid, ids.gid);
   if (!who.ok()) {
     send(fd, 'E', std::to_string(who.error_number()) + " " + who.message());

@@ -11,18 +11,25 @@ setup_file() {
     CACHE=$SANDBOX_DIR/nodes/node2/var-tmp/slipway-$(id -u slwuser)
 }
 
+importing() { pgrep -P "$pid" -x slipway-import >/dev/null; }
+
 # The Uid line of slurmstepd for a running step on node2: "real effective saved fs".
 stepd_uids() {
     local pid
     for pid in $(sandbox_pids slurmstepd); do
-        [[ $(ip netns identify "$pid") == "${SANDBOX_NETNS_PREFIX}2" ]] || continue
+        [[ $(ip netns identify "$pid" 2>/dev/null) == "${SANDBOX_NETNS_PREFIX}2" ]] || continue
         grep -q '\[[0-9]*\.0\]' "/proc/$pid/cmdline" 2>/dev/null || continue
+        # The import child (named by spank/import_child.cc) is looked for before and after the
+        # threads are read: only when it is there both times were they read during the import.
+        # Slurm forks the tasks as the user right after user_init; those children are not it.
+        local before=no
+        importing && before=yes
         # One line per thread: the PMIx server is one of them, and must not be the user.
         cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/^Uid:/ {print $2, $3}' | sort -u | tr '\n' ';'
         echo
-        # Its child that runs as the job user and is not the holder: the import.
-        pgrep -P "$pid" -u slwuser >/dev/null && echo importing
+        [[ $before == yes ]] && importing && echo importing
     done
+    return 0
 }
 
 test_slurmstepd_stays_root_while_a_node_imports() {
