@@ -151,6 +151,9 @@ CommunicatorOptions CommunicatorOptions::from_env() {
         env_count("LIBTRAIN_SHM_YIELD_US", v, "microseconds (0 sleeps at once)"), 60'000'000));
   if (const char* v = std::getenv("LIBTRAIN_RING_WHOLE"))
     o.ring_whole_bytes = env_count("LIBTRAIN_RING_WHOLE", v, "a byte count (0: never)");
+  if (const char* v = std::getenv("LIBTRAIN_RING_SPIN_US"))
+    o.ring_spin_us = static_cast<int64_t>(std::min<unsigned long long>(
+        env_count("LIBTRAIN_RING_SPIN_US", v, "microseconds (0 sleeps at once)"), 1'000'000));
   if (const char* v = std::getenv("LIBTRAIN_CMA_MIN"))
     o.cma_min_bytes = env_count("LIBTRAIN_CMA_MIN", v, "a byte count (0 turns cross-memory attach off)");
   return o;

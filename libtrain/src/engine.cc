@@ -58,7 +58,7 @@ void Communicator::Engine::connect(Store& store) {
   }
   if (topo_.node_count > 1 && leader)
     ring_ = std::make_unique<detail::TcpRing>(store, topo_.rank, leaders_, false, opts_.timeout,
-                                              opts_.ring_whole_bytes);
+                                              opts_.ring_whole_bytes, opts_.ring_spin_us);
   store.publish(opts_.timeout);
   if (topo_.local_size > 1 && !leader)
     shm_ = std::make_unique<detail::ShmGroup>(to_string(store.get(key, opts_.timeout)), false,

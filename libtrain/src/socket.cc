@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -114,11 +115,24 @@ Fd accept_tcp(int listen_fd, Clock::time_point deadline) {
   return fd;
 }
 
-static void wait_fd(int fd, short events, Clock::time_point deadline, const std::string& peer) {
+int poll_spin(pollfd* fds, int n, const Waiting& wait) {
+  auto checked = [](int rc) {
+    if (rc < 0 && errno != EINTR) LIBTRAIN_SYS(rc, "poll");
+    return rc;
+  };
+  if (wait.spin.count() > 0) {
+    auto until = Clock::now() + wait.spin;
+    do {
+      if (checked(::poll(fds, static_cast<nfds_t>(n), 0)) > 0) return 1;
+    } while (Clock::now() < until);
+  }
+  return checked(::poll(fds, static_cast<nfds_t>(n), ms_left(wait.deadline)));
+}
+
+static void wait_fd(int fd, short events, const Waiting& wait, const std::string& peer) {
   pollfd p{fd, events, 0};
-  int rc = ::poll(&p, 1, ms_left(deadline));
-  if (rc < 0 && errno != EINTR) LIBTRAIN_SYS(rc, "poll");
-  if (rc == 0) throw TimeoutError("libtrain: " + peer + " sent nothing within the timeout (LIBTRAIN_TIMEOUT)");
+  if (poll_spin(&p, 1, wait) == 0)
+    throw TimeoutError("libtrain: " + peer + " sent nothing within the timeout (LIBTRAIN_TIMEOUT)");
 }
 
 [[noreturn]] static void throw_peer_lost(const std::string& peer, int err) {
@@ -127,18 +141,18 @@ static void wait_fd(int fd, short events, Clock::time_point deadline, const std:
                   "; the peer died or aborted the collective after its own error");
 }
 
-void send_all(int fd, const void* buf, size_t len, Clock::time_point deadline, const std::string& peer) {
+void send_all(int fd, const void* buf, size_t len, const Waiting& wait, const std::string& peer) {
   const char* p = static_cast<const char*>(buf);
   while (len > 0) {
     ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
     if (n > 0) { p += n; len -= static_cast<size_t>(n); continue; }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN) throw_peer_lost(peer, errno);
-    wait_fd(fd, POLLOUT, deadline, peer);
+    wait_fd(fd, POLLOUT, wait, peer);
   }
 }
 
-void recv_all(int fd, void* buf, size_t len, Clock::time_point deadline, const std::string& peer) {
+void recv_all(int fd, void* buf, size_t len, const Waiting& wait, const std::string& peer) {
   char* p = static_cast<char*>(buf);
   while (len > 0) {
     ssize_t n = ::recv(fd, p, len, 0);
@@ -146,27 +160,47 @@ void recv_all(int fd, void* buf, size_t len, Clock::time_point deadline, const s
     if (n == 0) throw_peer_lost(peer, 0);
     if (errno == EINTR) continue;
     if (errno != EAGAIN) throw_peer_lost(peer, errno);
-    wait_fd(fd, POLLIN, deadline, peer);
+    wait_fd(fd, POLLIN, wait, peer);
   }
 }
 
-// One non-blocking step of a transfer; returns bytes moved (0 when it would block).
-static size_t step_send(int fd, const char* p, size_t left, const std::string& peer) {
-  ssize_t n = ::send(fd, p, std::min<size_t>(left, 1 << 20), MSG_NOSIGNAL);
+namespace {
+
+const char kZeros[kWireAlign] = {};  // what padding sends
+
+// One non-blocking step of a transfer (body, then padding); returns bytes moved (0 when it would
+// block). At most 1 MiB of body per call.
+size_t step_send(int fd, const Outgoing& out, size_t sent, const std::string& peer) {
+  iovec v[2];
+  int parts = 0;
+  size_t body_left = sent < out.len ? out.len - sent : 0;
+  constexpr size_t kMaxCall = 1 << 20;
+  if (body_left > 0)
+    v[parts++] = {const_cast<char*>(static_cast<const char*>(out.data)) + sent, std::min(body_left, kMaxCall)};
+  if (body_left <= kMaxCall && out.pad > 0) {
+    size_t pad_sent = sent > out.len ? sent - out.len : 0;
+    v[parts++] = {const_cast<char*>(kZeros) + pad_sent, out.pad - pad_sent};
+  }
+  msghdr m{};
+  m.msg_iov = v;
+  m.msg_iovlen = static_cast<size_t>(parts);
+  ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
   if (n >= 0) return static_cast<size_t>(n);
   if (errno == EAGAIN || errno == EINTR) return 0;
   throw_peer_lost(peer, errno);
 }
 
-// Reads what is there of the prefix and the body (one readv); returns bytes moved.
-static size_t step_recv(int fd, Incoming& in, size_t got, const std::string& peer) {
-  iovec v[2];
+// Reads what is there of the prefix, the body and the padding (one readv); returns bytes moved.
+size_t step_recv(int fd, Incoming& in, size_t got, char* sink, const std::string& peer) {
+  iovec v[3];
   int parts = 0;
   auto* prefix = static_cast<char*>(in.prefix);
   auto* body = static_cast<char*>(in.body);
   if (got < in.prefix_len) v[parts++] = {prefix + got, in.prefix_len - got};
   size_t body_got = got > in.prefix_len ? got - in.prefix_len : 0;
   if (body_got < in.body_len) v[parts++] = {body + body_got, in.body_len - body_got};
+  size_t pad_got = body_got > in.body_len ? body_got - in.body_len : 0;
+  if (pad_got < in.pad) v[parts++] = {sink, in.pad - pad_got};
   ssize_t n = ::readv(fd, v, parts);
   if (n > 0) return static_cast<size_t>(n);
   if (n == 0) throw_peer_lost(peer, 0);
@@ -174,30 +208,33 @@ static size_t step_recv(int fd, Incoming& in, size_t got, const std::string& pee
   throw_peer_lost(peer, errno);
 }
 
-void exchange(int send_fd, const void* send_buf, size_t send_len, int recv_fd, Incoming& in,
-              Clock::time_point deadline, const std::string& send_peer, const std::string& recv_peer) {
-  size_t sent = 0, got = 0, recv_len = in.prefix_len + in.body_len;
+}  // namespace
+
+void exchange(int send_fd, const Outgoing& out, int recv_fd, Incoming& in, const Waiting& wait,
+              const std::string& send_peer, const std::string& recv_peer) {
+  char sink[kWireAlign];  // where the padding received goes
+  size_t sent = 0, got = 0, send_len = out.len + out.pad, recv_len = in.prefix_len + in.body_len + in.pad;
   while (sent < send_len || got < recv_len) {
     bool progress = false;
     if (sent < send_len) {
-      size_t n = step_send(send_fd, static_cast<const char*>(send_buf) + sent, send_len - sent, send_peer);
+      size_t n = step_send(send_fd, out, sent, send_peer);
       sent += n;
       progress |= n > 0;
     }
     if (got < recv_len) {
-      size_t n = step_recv(recv_fd, in, got, recv_peer);
+      size_t n = step_recv(recv_fd, in, got, sink, recv_peer);
       bool prefix_done = got < in.prefix_len && got + n >= in.prefix_len;
+      bool body_was_done = got >= in.prefix_len + in.body_len;
       got += n;
       if (prefix_done && in.on_prefix) in.on_prefix();
-      if (got > in.prefix_len && n > 0 && in.on_body) in.on_body(got - in.prefix_len);
+      if (got > in.prefix_len && n > 0 && !body_was_done && in.on_body)
+        in.on_body(std::min(got - in.prefix_len, in.body_len));
       progress |= n > 0;
     }
     if (progress) continue;
     pollfd p[2] = {{send_fd, static_cast<short>(sent < send_len ? POLLOUT : 0), 0},
                    {recv_fd, static_cast<short>(got < recv_len ? POLLIN : 0), 0}};
-    int rc = ::poll(p, 2, ms_left(deadline));
-    if (rc < 0 && errno != EINTR) LIBTRAIN_SYS(rc, "poll");
-    if (rc == 0)
+    if (poll_spin(p, 2, wait) == 0)
       throw TimeoutError("libtrain: ring transfer with " + recv_peer + " / " + send_peer +
                          " stalled past the timeout (LIBTRAIN_TIMEOUT); a peer hung or was stopped");
   }

@@ -23,7 +23,9 @@ constexpr size_t kAutoWholeExtra = 256 * 1024;  // bytes more than the reduce-sc
 struct Hello {
   uint32_t magic;
   int32_t rank;
+  char pad[kWireAlign - 8];  // keeps the stream aligned (socket.h)
 };
+
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -39,10 +41,18 @@ std::vector<std::string> split_list(const std::string& s) {
 
 }  // namespace
 
+// Segments start at multiples of kWireAlign bytes from the buffer's start, so every message
+// leaves from and lands at the same alignment as the buffer itself.
+size_t ring_segment_begin(size_t count, size_t n, size_t m, size_t esize) {
+  if (m >= n) return count;
+  size_t grain = kWireAlign % esize == 0 ? kWireAlign / esize : 1;
+  return count * m / n / grain * grain;
+}
+
 TcpRing::TcpRing(Store& store, int rank, std::vector<int> members, bool same_node, Seconds timeout,
-                 size_t whole_bytes)
+                 size_t whole_bytes, int64_t spin_us)
     : rank_(rank), members_(std::move(members)), same_node_(same_node), timeout_(timeout),
-      whole_bytes_(whole_bytes) {
+      whole_bytes_(whole_bytes), spin_(spin_us) {
   index_ = static_cast<int>(std::find(members_.begin(), members_.end(), rank) - members_.begin());
   listen_ = listen_tcp(port_);
   std::vector<std::string> addrs = local_addresses();
@@ -64,7 +74,7 @@ void TcpRing::connect(Store& store) {
   int n = size(), next = (index_ + 1) % n, prev = (index_ + n - 1) % n;
   auto parts = split_list(to_string(store.get("tcp/" + std::to_string(members_[next]), timeout_)));
   int port = std::stoi(parts.at(0));
-  Hello hello{kMagic, rank_};
+  Hello hello{kMagic, rank_, {}};
   for (size_t i = 1; i < parts.size() && !next_.valid(); ++i) {
     next_ = try_connect_tcp(parts[i], port, 2000);
     if (next_.valid()) set_nodelay_nonblock(next_.get());
@@ -101,12 +111,13 @@ void TcpRing::step(const void* send, size_t send_bytes, void* recv, size_t recv_
   if (header_due_) {
     in.prefix = &theirs_;
     in.prefix_len = sizeof(theirs_);
-    in.on_prefix = [this] { check_header(theirs_); };
+    in.on_prefix = [this] { check_header(theirs_.op); };
   }
   in.body = recv;
   in.body_len = recv_bytes;
   in.on_body = on_recv;
-  exchange(next_.get(), send, send_bytes, prev_.get(), in, deadline(),
+  in.pad = wire_pad(recv_bytes);
+  exchange(next_.get(), Outgoing{send, send_bytes, wire_pad(send_bytes)}, prev_.get(), in, waiting(),
            name((index_ + 1) % n), name((index_ + n - 1) % n));
 }
 
@@ -121,15 +132,15 @@ void TcpRing::check_header(const OpHeader& theirs) {
 void TcpRing::agree(const OpHeader& mine) {
   if (!next_.valid()) throw PeerError("libtrain: the communicator failed earlier; create a new one");
   mine_ = mine;
-  send_all(next_.get(), &mine_, sizeof(mine_), deadline(), name((index_ + 1) % size()));
+  WireHeader wire{mine, {}};
+  send_all(next_.get(), &wire, sizeof(wire), waiting(), name((index_ + 1) % size()));
   header_due_ = true;
 }
 
 void TcpRing::finish() {
   if (!header_due_) return;
-  OpHeader theirs{};
-  recv_all(prev_.get(), &theirs, sizeof(theirs), deadline(), name((index_ + size() - 1) % size()));
-  check_header(theirs);
+  recv_all(prev_.get(), &theirs_, sizeof(theirs_), waiting(), name((index_ + size() - 1) % size()));
+  check_header(theirs_.op);
 }
 
 void TcpRing::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
@@ -155,11 +166,11 @@ bool TcpRing::is_whole(size_t bytes) const {
 // member computes the same sums in the same order and gets bit-identical results.
 void TcpRing::allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp op) {
   int n = size();
-  size_t bytes = count * dtype_size(dtype), cnt = static_cast<size_t>(n);
-  scratch_.resize(bytes * cnt);
+  size_t bytes = count * dtype_size(dtype), stride = bytes + wire_pad(bytes);
+  uint8_t* slots = scratch(stride * static_cast<size_t>(n));
   auto piece = [&](int m) {
     m = (m % n + n) % n;
-    return m == index_ ? static_cast<uint8_t*>(data) : scratch_.data() + bytes * static_cast<size_t>(m);
+    return m == index_ ? static_cast<uint8_t*>(data) : slots + stride * static_cast<size_t>(m);
   };
   for (int s = 0; s < n - 1; ++s) step(piece(index_ - s), bytes, piece(index_ - s - 1), bytes, nullptr);
   const void* inputs[kMaxRingWhole];
@@ -170,10 +181,13 @@ void TcpRing::allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp
 void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype, ReduceOp op) {
   int n = size();
   size_t esize = dtype_size(dtype), cnt = static_cast<size_t>(n);
-  auto seg_begin = [&](int s) { return count * static_cast<size_t>((s % n + n) % n) / cnt; };
-  auto seg_len = [&](int s) { int m = (s % n + n) % n; return count * static_cast<size_t>(m + 1) / cnt - seg_begin(m); };
+  auto bound = [&](int m) { return ring_segment_begin(count, cnt, static_cast<size_t>(m), esize); };
+  auto seg_begin = [&](int s) { return bound((s % n + n) % n); };
+  auto seg_len = [&](int s) { int m = (s % n + n) % n; return bound(m + 1) - bound(m); };
+  size_t longest = 0;
+  for (int m = 0; m < n; ++m) longest = std::max(longest, seg_len(m));
+  uint8_t* incoming = scratch(longest * esize);
   auto* base = static_cast<uint8_t*>(data);
-  scratch_.resize((count / cnt + 1) * esize);
   for (int s = 0; s < n - 1; ++s) {  // reduce-scatter
     int send_seg = index_ - s, recv_seg = index_ - s - 1;
     uint8_t* dst = base + seg_begin(recv_seg) * esize;
@@ -181,16 +195,23 @@ void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype,
     auto reduce_ready = [&](size_t got) {
       size_t ready = (got == total ? got : got / std::max(kReduceChunk, esize) * std::max(kReduceChunk, esize));
       ready -= ready % esize;
-      if (ready > done) reduce_into(dst + done, scratch_.data() + done, (ready - done) / esize, dtype, op);
+      if (ready > done) reduce_into(dst + done, incoming + done, (ready - done) / esize, dtype, op);
       done = std::max(done, ready);
     };
-    step(base + seg_begin(send_seg) * esize, seg_len(send_seg) * esize, scratch_.data(), total, reduce_ready);
+    step(base + seg_begin(send_seg) * esize, seg_len(send_seg) * esize, incoming, total, reduce_ready);
   }
   for (int s = 0; s < n - 1; ++s) {  // allgather
     int send_seg = index_ + 1 - s, recv_seg = index_ - s;
     step(base + seg_begin(send_seg) * esize, seg_len(send_seg) * esize,
          base + seg_begin(recv_seg) * esize, seg_len(recv_seg) * esize, nullptr);
   }
+}
+
+// At least `bytes` of scratch, starting on a kWireAlign boundary (socket.h).
+uint8_t* TcpRing::scratch(size_t bytes) {
+  if (scratch_.size() < bytes + kWireAlign) scratch_.resize(bytes + kWireAlign);
+  auto at = reinterpret_cast<uintptr_t>(scratch_.data());
+  return scratch_.data() + (kWireAlign - at % kWireAlign) % kWireAlign;
 }
 
 }  // namespace libtrain::detail

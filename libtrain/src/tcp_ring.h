@@ -16,12 +16,24 @@
 
 namespace libtrain::detail {
 
+// Where segment m of n of the reduce-scatter begins, in elements: about count * m / n, on a
+// multiple of kWireAlign bytes (socket.h); segment n begins at count.
+size_t ring_segment_begin(size_t count, size_t n, size_t m, size_t esize);
+
+// The op header as it travels: kWireAlign bytes, so the data after it stays aligned (socket.h).
+struct WireHeader {
+  OpHeader op;
+  char pad[kWireAlign - sizeof(OpHeader)];
+};
+static_assert(sizeof(WireHeader) == kWireAlign);
+
 class TcpRing {
  public:
   // Phase 1: listen and publish "tcp/<rank>" in `store` (before the store's publish()).
   // `whole_bytes`: buffers up to this size go around whole (kAuto: see is_whole in tcp_ring.cc).
+  // `spin_us`: how long a wait polls before it sleeps (socket.h, Waiting).
   TcpRing(Store& store, int rank, std::vector<int> members, bool same_node, Seconds timeout,
-          size_t whole_bytes);
+          size_t whole_bytes, int64_t spin_us);
   // Phase 2: after publish(): connect to the next member, accept the previous one.
   void connect(Store& store);
 
@@ -36,6 +48,7 @@ class TcpRing {
 
  private:
   Clock::time_point deadline() const;
+  Waiting waiting() const { return {deadline(), spin_}; }
   std::string name(int index) const;
   void step(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
             const std::function<void(size_t)>& on_recv);
@@ -43,6 +56,7 @@ class TcpRing {
   bool is_whole(size_t bytes) const;
   void allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp op);
   void reduce_scatter_allgather(void* data, size_t count, DataType dtype, ReduceOp op);
+  uint8_t* scratch(size_t bytes);
 
   int rank_;
   int index_;  // my position in members_
@@ -50,9 +64,11 @@ class TcpRing {
   bool same_node_;
   Seconds timeout_;
   size_t whole_bytes_;
+  std::chrono::microseconds spin_;
   int port_ = 0;
   Fd listen_, next_, prev_;
-  OpHeader mine_{}, theirs_{};
+  OpHeader mine_{};
+  WireHeader theirs_{};
   bool header_due_ = false;  // the previous member's header for mine_ is still to be received
   std::vector<uint8_t> scratch_;
 };
