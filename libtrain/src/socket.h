@@ -63,8 +63,10 @@ void recv_all(int fd, void* buf, size_t len, const Waiting& wait, const std::str
 // The ring keeps every message a multiple of this many bytes on the wire (zeros pad the end), so
 // the kernel copies each message to and from a page-fragment offset that is a multiple of it.
 // Why: on x86 the kernel's copies are `rep movsb`, which on some CPUs (AMD EPYC here) runs 16
-// times slower when the destination is 1-15 bytes ahead of the source modulo 4096, and 1.4
-// times slower at 16-31. A stream shifted by a 24-byte header put a 16-byte-aligned buffer
+// times slower when the destination is 1-15 bytes ahead of the source modulo 4096, and up to 1.4
+// times at other distances under 64 that are not multiples of 32 (bench/allreduce/copy_alias).
+// The kernel appends each send to the sending thread's page fragment, so where a message lands
+// there follows the stream (or restarts at 0 once the fragment is free again). A stream shifted by a 24-byte header put a 16-byte-aligned buffer
 // (glibc's large allocations start 16 bytes into a page) 8 bytes behind every send's
 // destination: 1 MiB across two nodes took twice as long (bench/allreduce/README.md).
 constexpr size_t kWireAlign = 64;
