@@ -10,11 +10,9 @@
 #include <fstream>
 #include <string>
 
-inline std::string make_scratch() {
-  char tmpl[] = "/tmp/slipway-dl-test.XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  return d ? d : "";
-}
+#include "scratch_dir.h"
+
+inline std::string make_scratch() { return make_scratch_dir("/tmp/slipway-dl-test."); }
 
 inline void make_dirs(const std::string& path) {
   for (size_t i = 1; i <= path.size(); ++i)

@@ -45,13 +45,13 @@ def main():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    tmp = tempfile.mkdtemp(prefix="libtrain-py-")
-    procs = []
-    for r in range(3):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), LIBTRAIN_TIMEOUT="20", CKPT=os.path.join(tmp, "c.npz"))
-        procs.append(subprocess.Popen([sys.executable, "-c", RANK_CODE], env=env))
-    codes = [p.wait(timeout=60) for p in procs]
+    with tempfile.TemporaryDirectory(prefix="libtrain-py-") as tmp:
+        procs = []
+        for r in range(3):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), LIBTRAIN_TIMEOUT="20", CKPT=os.path.join(tmp, "c.npz"))
+            procs.append(subprocess.Popen([sys.executable, "-c", RANK_CODE], env=env))
+        codes = [p.wait(timeout=60) for p in procs]
     print("exit codes", codes)
     sys.exit(0 if codes == [0, 0, 0] else 1)
 

@@ -11,6 +11,7 @@
 #include "libtrain/timeline.h"
 #include "libtrain/training.h"
 #include "ranks.h"
+#include "scratch_dir.h"
 // check.h last: it defines macros (fail) that clash with <ios>.
 #include "check_main.h"
 
@@ -67,9 +68,9 @@ START_TEST(gradient_fusion_averages_every_tensor) {
 END_TEST
 
 START_TEST(checkpoint_round_trip_and_broadcast) {
-  char dir[] = "/tmp/libtrain-ckpt-XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  std::string path = std::string(dir) + "/model.ckpt";
+  std::string dir = make_scratch_dir("/tmp/libtrain-ckpt-");
+  ck_assert(!dir.empty());
+  std::string path = dir + "/model.ckpt";
   as_ranks(3, [&](int rank) {
     std::vector<float> w(10, static_cast<float>(rank + 1));
     std::vector<int64_t> step{rank * 100};
@@ -87,9 +88,9 @@ START_TEST(checkpoint_round_trip_and_broadcast) {
 END_TEST
 
 START_TEST(timeline_records_collectives) {
-  char dir[] = "/tmp/libtrain-tl-XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  std::string pattern = std::string(dir) + "/trace.%r.json";
+  std::string dir = make_scratch_dir("/tmp/libtrain-tl-");
+  ck_assert(!dir.empty());
+  std::string pattern = dir + "/trace.%r.json";
   as_ranks(2, [](int) {
     std::vector<float> x(64, 1.0f);
     world().allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
@@ -98,7 +99,7 @@ START_TEST(timeline_records_collectives) {
     return 0;
   }, pattern.c_str());
   for (int r = 0; r < 2; ++r) {
-    std::ifstream f(std::string(dir) + "/trace." + std::to_string(r) + ".json");
+    std::ifstream f(dir + "/trace." + std::to_string(r) + ".json");
     std::stringstream ss;
     ss << f.rdbuf();
     std::string s = ss.str();
