@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,6 +125,7 @@ int poll_spin(pollfd* fds, int n, const Waiting& wait) {
     auto until = Clock::now() + wait.spin;
     do {
       if (checked(::poll(fds, static_cast<nfds_t>(n), 0)) > 0) return 1;
+      sched_yield();  // where CPUs are shared (sandbox nodes, oversubscribed hosts) the peer runs
     } while (Clock::now() < until);
   }
   return checked(::poll(fds, static_cast<nfds_t>(n), ms_left(wait.deadline)));
@@ -164,9 +166,27 @@ void recv_all(int fd, void* buf, size_t len, const Waiting& wait, const std::str
   }
 }
 
-namespace {
+const char kZeros[kWireAlign] = {};
 
-const char kZeros[kWireAlign] = {};  // what padding sends
+size_t send_some(int fd, const iovec* v, int parts, const std::string& peer) {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(v);
+  m.msg_iovlen = static_cast<size_t>(parts);
+  ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+  if (n >= 0) return static_cast<size_t>(n);
+  if (errno == EAGAIN || errno == EINTR) return 0;
+  throw_peer_lost(peer, errno);
+}
+
+size_t recv_some(int fd, const iovec* v, int parts, const std::string& peer) {
+  ssize_t n = ::readv(fd, v, parts);
+  if (n > 0) return static_cast<size_t>(n);
+  if (n == 0) throw_peer_lost(peer, 0);
+  if (errno == EAGAIN || errno == EINTR) return 0;
+  throw_peer_lost(peer, errno);
+}
+
+namespace {
 
 // One non-blocking step of a transfer (body, then padding); returns bytes moved (0 when it would
 // block). At most 1 MiB of body per call.
@@ -181,13 +201,7 @@ size_t step_send(int fd, const Outgoing& out, size_t sent, const std::string& pe
     size_t pad_sent = sent > out.len ? sent - out.len : 0;
     v[parts++] = {const_cast<char*>(kZeros) + pad_sent, out.pad - pad_sent};
   }
-  msghdr m{};
-  m.msg_iov = v;
-  m.msg_iovlen = static_cast<size_t>(parts);
-  ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
-  if (n >= 0) return static_cast<size_t>(n);
-  if (errno == EAGAIN || errno == EINTR) return 0;
-  throw_peer_lost(peer, errno);
+  return send_some(fd, v, parts, peer);
 }
 
 // Reads what is there of the prefix, the body and the padding (one readv); returns bytes moved.
@@ -201,11 +215,7 @@ size_t step_recv(int fd, Incoming& in, size_t got, char* sink, const std::string
   if (body_got < in.body_len) v[parts++] = {body + body_got, in.body_len - body_got};
   size_t pad_got = body_got > in.body_len ? body_got - in.body_len : 0;
   if (pad_got < in.pad) v[parts++] = {sink, in.pad - pad_got};
-  ssize_t n = ::readv(fd, v, parts);
-  if (n > 0) return static_cast<size_t>(n);
-  if (n == 0) throw_peer_lost(peer, 0);
-  if (errno == EAGAIN || errno == EINTR) return 0;
-  throw_peer_lost(peer, errno);
+  return recv_some(fd, v, parts, peer);
 }
 
 }  // namespace

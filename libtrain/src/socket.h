@@ -3,6 +3,7 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
@@ -46,7 +47,8 @@ void set_nodelay_nonblock(int fd);
 
 // How a transfer waits for its socket: first polling without sleeping for up to `spin` (a rank
 // blocked in a collective has nothing else to do, and a sleeping thread is woken late: on
-// virtual machines its idle CPU halts), then sleeping in poll(2) until `deadline`.
+// virtual machines its idle CPU halts), yielding the CPU between polls to whatever shares it,
+// then sleeping in poll(2) until `deadline`.
 struct Waiting {
   Waiting(Clock::time_point d, std::chrono::microseconds s = {}) : deadline(d), spin(s) {}  // NOLINT: implicit from a deadline
   Clock::time_point deadline;
@@ -71,6 +73,13 @@ void recv_all(int fd, void* buf, size_t len, const Waiting& wait, const std::str
 // destination: 1 MiB across two nodes took twice as long (bench/allreduce/README.md).
 constexpr size_t kWireAlign = 64;
 inline size_t wire_pad(size_t len) { return (kWireAlign - len % kWireAlign) % kWireAlign; }
+
+extern const char kZeros[kWireAlign];  // what padding sends
+
+// One non-blocking sendmsg / readv of `parts` pieces: the bytes moved, 0 when it would block.
+// Throw PeerError when the connection is gone (a peer that closed or reset it).
+size_t send_some(int fd, const iovec* v, int parts, const std::string& peer);
+size_t recv_some(int fd, const iovec* v, int parts, const std::string& peer);
 
 // What one exchange() sends: `len` bytes of `data`, then `pad` zeros.
 struct Outgoing {

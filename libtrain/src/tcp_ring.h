@@ -1,6 +1,7 @@
 // TcpRing: the node leaders' ring across nodes. Each member connects to the next and accepts
 // from the previous; allreduce is reduce-scatter then allgather (each member sends and receives
-// 2(n-1)/n of the buffer), with reduction of each chunk as soon as it has arrived. Small buffers,
+// 2(n-1)/n of the buffer) as one stream each way: each chunk is reduced as soon as it has
+// arrived, and each message leaves as soon as the one it depends on is in. Small buffers,
 // where the 2(n-1) message latencies cost more than the bytes, are instead passed whole around the
 // ring (n-1 steps) and reduced by every member in ring order. Each collective's op header goes
 // ahead of its first message, so agreeing costs no round trip of its own.

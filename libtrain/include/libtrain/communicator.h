@@ -37,8 +37,8 @@ struct CommunicatorOptions {
   // (n-1 message latencies instead of 2(n-1), n-1 times the bytes). kAuto: up to 64 KiB while
   // the extra bytes stay under 256 KiB. Like the shm sizes, it must be the same on every rank.
   size_t ring_whole_bytes = kAuto;
-  // LIBTRAIN_RING_SPIN_US: a leader waiting on its ring sockets polls without sleeping for up to
-  // this long before it sleeps in poll(2) (a woken thread starts late, most of all on VMs).
+  // LIBTRAIN_RING_SPIN_US: a leader waiting on its ring sockets polls (yielding its CPU between
+  // polls) for up to this long before it sleeps in poll(2) (a woken thread starts late on VMs).
   int64_t ring_spin_us = 2000;
   size_t cma_min_bytes = 0;  // LIBTRAIN_CMA_MIN: in-node collectives from this size read peers'
                              // buffers with process_vm_readv; 0 = never (the default: slower

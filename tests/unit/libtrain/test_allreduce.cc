@@ -145,6 +145,25 @@ START_TEST(fake_nodes_bit_identical_results) {
 }
 END_TEST
 
+// The leaders' ring streams its 2(n-1) messages, each leaving as soon as the one it depends on
+// has come in: counts whose segments span many 64 KiB reduction pieces, uneven ones, and several
+// collectives in a row on the same links (each must start where the last one left the streams).
+START_TEST(fake_nodes_ring_stream_large_counts) {
+  static const int kLeaders[] = {2, 3, 4};
+  int n = kLeaders[_i];
+  std::string err = testing::run_threads(n, [&](int rank, const std::shared_ptr<Store>& store) {
+    CommunicatorOptions opts;
+    opts.timeout = Seconds(20);
+    opts.ring_whole_bytes = 0;
+    Communicator comm(store, rank, n, "node" + std::to_string(rank), opts);
+    for (size_t count : {size_t{262144}, size_t{(1 << 20) + 13}, size_t{65536 * 3 + 7}, size_t{100003}})
+      for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64})
+        check_one(comm, n, count, dtype, ReduceOp::kSum);
+  });
+  ck_assert_msg(err.empty(), "%d leaders: %s", n, err.c_str());
+}
+END_TEST
+
 START_TEST(one_node_cma_1_to_8_ranks) { sweep(_i, 0, 1); }
 END_TEST
 
@@ -278,6 +297,7 @@ Suite* make_suite(void) {
   tcase_add_loop_test(tc, fake_nodes_ring_reduce_scatter, 0, 5);
   tcase_add_loop_test(tc, fake_nodes_ring_whole, 0, 5);
   tcase_add_loop_test(tc, fake_nodes_bit_identical_results, 0, 6);
+  tcase_add_loop_test(tc, fake_nodes_ring_stream_large_counts, 0, 3);
   tcase_add_loop_test(tc, one_node_cma_1_to_8_ranks, 1, 9);
   tcase_add_loop_test(tc, fake_nodes_cma, 0, 3);
   tcase_add_test(tc, cma_between_processes);
