@@ -5,6 +5,7 @@
 // in <cache>/run/<node>-<job>.<step>/, the others join it; each task holds a shared lock on `users`
 // while it runs and the holder exits when the last task has gone (HolderOptions::detached). The
 // first task also pins the digest an image tag resolved to there (`image`), which the others use.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -14,6 +15,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <memory>
 
 #include "cli/cli_common.h"
 #include "common/file_util.h"
@@ -156,6 +158,29 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   return p;
 }
 
+// Run directories of this node's earlier steps whose holder was killed before it could remove
+// them (SIGKILL: `scancel -s KILL`, an OOM kill, a node's daemons stopped): nobody holds their
+// `lock` or `users`, and the holder recorded there is gone. The first task of the next step on
+// the node removes them; a directory in use, or whose holder is still about to remove it, stays.
+void sweep_stale_run_dirs(const std::string& own) {
+  const std::string parent = own.substr(0, own.rfind('/')), mine = host_name() + "-";
+  std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(parent.c_str()), closedir);
+  if (!d) return;
+  while (const dirent* e = readdir(d.get())) {
+    const std::string name = e->d_name, dir = parent + "/" + name;
+    if (name.rfind(mine, 0) != 0 || dir == own) continue;  // the cache may be shared by nodes
+    UniqueFd lock(open((dir + "/lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!lock.valid() || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    UniqueFd users(open((dir + "/users").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (users.valid() && flock(users.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    pid_t pid = 0;
+    std::ifstream(dir + "/holder") >> pid;
+    if (pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)) continue;
+    for (const char* f : {"/holder", "/users", "/image", "/lock"}) unlink((dir + f).c_str());
+    rmdir(dir.c_str());
+  }
+}
+
 // Under srun: find the node's holder for this step, or start it. `users` is locked shared by the
 // caller for as long as its command runs.
 Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_dir,
@@ -172,6 +197,7 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
     auto attached = attach_holder(pid, p.spec);
     if (attached.ok()) return attached;
   }
+  sweep_stale_run_dirs(run_dir);  // once per node and step: only the first task gets here
   auto holder = start_holder(p.spec, {.detached = true, .users_lock = run_dir + "/users"});
   SLIPWAY_TRY(holder);
   std::ofstream(run_dir + "/holder", std::ios::trunc) << holder->pid() << "\n";

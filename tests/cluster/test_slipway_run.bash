@@ -64,6 +64,36 @@ test_nothing_outlives_the_step() {
     [[ -z $left ]] || fail "run directories left: $left"
 }
 
+# A holder killed with SIGKILL cannot remove its step's run directory; the first task of the
+# node's next step does, and leaves alone those of running steps and of other nodes (a cache on a
+# shared file system holds every node's).
+test_a_killed_holders_run_directory_goes_with_the_next_step() {
+    local run=$SANDBOX_DIR/nodes/node1/var-tmp/slipway-$(id -u slwuser)/run d f
+    local stale=$run/node1-999999.0 other=$run/node9-999999.0
+    # A running step on node1 first: its directory must survive the sweep.
+    "$SANDBOX" exec -- srun -N1 -w node1 -K ./slipway run --container-image="$BUSYBOX" -- sleep 4 \
+        >/dev/null 2>&1 &
+    local running=$! deadline=$((SECONDS + 20)) live_dir=""
+    while [[ -z $live_dir ]] && ((SECONDS < deadline)); do
+        [[ -n $(sandbox_pids slipway-holder) ]] && live_dir=$(ls -d "$run"/node1-*.* 2>/dev/null | tail -n1)
+        sleep 0.1
+    done
+    [[ -d $live_dir ]] || fail "the running step's holder and run directory did not appear"
+    for d in "$stale" "$other"; do
+        install -d -o slwuser -m 0700 "$d"
+        for f in lock users image; do install -o slwuser -m 0600 /dev/null "$d/$f"; done
+        echo 2147483646 >"$d/holder"  # no such process
+        chown slwuser "$d/holder"
+    done
+    run_job srun -N1 -w node1 -K ./slipway run --container-image="$BUSYBOX" -- true
+    assert_success
+    [[ ! -e $stale ]] || fail "the killed holder's run directory is still there: $(ls -la "$stale")"
+    [[ -d $other ]] || fail "another node's run directory was removed"
+    [[ -d $live_dir ]] || fail "the running step's run directory was removed"
+    wait "$running" || fail "the running step failed"
+    rm -rf "$other"
+}
+
 test_remap_root_and_bad_options() {
     run_job srun -N1 -K ./slipway run --container-image="$BUSYBOX" --container-remap-root -- \
         sh -c 'id -u; chown 7 /etc/slipway-image && echo chown-ok'
