@@ -30,7 +30,6 @@ struct Hello {
   char pad[kWireAlign - 8];  // keeps the stream aligned (socket.h)
 };
 
-
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
