@@ -9,9 +9,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
