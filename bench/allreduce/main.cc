@@ -32,9 +32,9 @@ double max_over_ranks(double v) {
 }
 
 // Elements != n(n+1)/2 after one allreduce of (rank+1), summed over ranks.
-long count_wrong(Impl& impl, std::vector<float>& buf, size_t count, const World& w) {
-  std::fill(buf.begin(), buf.begin() + static_cast<long>(count), static_cast<float>(w.rank + 1));
-  impl.allreduce(buf.data(), count);
+long count_wrong(Impl& impl, float* buf, size_t count, const World& w) {
+  std::fill(buf, buf + count, static_cast<float>(w.rank + 1));
+  impl.allreduce(buf, count);
   float want = static_cast<float>(w.size * (w.size + 1) / 2);
   long wrong = 0, total = 0;
   for (size_t i = 0; i < count; ++i) wrong += buf[i] != want;
@@ -43,21 +43,21 @@ long count_wrong(Impl& impl, std::vector<float>& buf, size_t count, const World&
 }
 
 // Checks the result and sizes a timed loop of ~0.25 s (the warm-up call sets its length).
-int prepare(Impl& impl, std::vector<float>& buf, size_t count, const World& w, Result& r) {
+int prepare(Impl& impl, float* buf, size_t count, const World& w, Result& r) {
   r.wrong = count_wrong(impl, buf, count, w);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = now();
-  impl.allreduce(buf.data(), count);
+  impl.allreduce(buf, count);
   int iters = static_cast<int>(std::clamp(0.25 / std::max(max_over_ranks(now() - t0), 1e-7), 2.0, 200.0));
   MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
   return iters;
 }
 
 // Seconds per call over one timed loop: the slowest rank's mean.
-double time_loop(Impl& impl, std::vector<float>& buf, size_t count, int iters) {
+double time_loop(Impl& impl, float* buf, size_t count, int iters) {
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = now();
-  for (int i = 0; i < iters; ++i) impl.allreduce(buf.data(), count);
+  for (int i = 0; i < iters; ++i) impl.allreduce(buf, count);
   return max_over_ranks(now() - t0) / iters;
 }
 
@@ -65,7 +65,7 @@ double time_loop(Impl& impl, std::vector<float>& buf, size_t count, int iters) {
 // implementation in turn, keeping each one's fastest loop. Interleaving the rounds puts a burst
 // of load from elsewhere (this machine is shared; load only ever slows a loop) on all of them
 // alike instead of on whichever happened to be running.
-std::vector<Result> measure_all(std::vector<std::unique_ptr<Impl>>& impls, std::vector<float>& buf,
+std::vector<Result> measure_all(std::vector<std::unique_ptr<Impl>>& impls, float* buf,
                                 size_t count, const World& w, int best_of) {
   std::vector<Result> results(impls.size());
   std::vector<int> iters(impls.size());
@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &w.size);
   size_t min_bytes = 4096, max_bytes = 256u << 20, factor = 4;
   int best_of = 1;
+  size_t offset = 0;  // bytes the buffer starts past what the allocator gave (a multiple of 4)
   std::vector<std::string> which = {"libtrain", "openmpi", "gloo"};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--min")) min_bytes = parse_size(argv[i + 1]);
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--factor")) factor = parse_size(argv[i + 1]);
     if (!std::strcmp(argv[i], "--only")) which = {argv[i + 1]};
     if (!std::strcmp(argv[i], "--best-of")) best_of = std::max(1, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--offset")) offset = parse_size(argv[i + 1]);
   }
   char host[256] = {};
   if (w.rank == 0) gethostname(host, sizeof(host) - 1);
@@ -137,7 +139,8 @@ int main(int argc, char** argv) {
   }
   double copy = copy_bandwidth(std::min<size_t>(max_bytes, 256u << 20));
   double bound = copy * 2.0 * (w.size - 1) / w.size;
-  std::vector<float> buf(max_bytes / sizeof(float));
+  std::vector<float> storage((max_bytes + offset) / sizeof(float) + 1);
+  float* buf = storage.data() + offset / sizeof(float);
   if (w.rank == 0) {
     std::printf("# allreduce float32 sum, %d ranks; copy bound: %.2f GB/s per rank -> busbw bound %.2f GB/s;"
                 " best of %d\n", w.size, copy, bound, best_of);
