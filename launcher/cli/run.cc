@@ -176,8 +176,7 @@ void sweep_stale_run_dirs(const std::string& own) {
     pid_t pid = 0;
     std::ifstream(dir + "/holder") >> pid;
     if (pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)) continue;
-    for (const char* f : {"/holder", "/users", "/image", "/lock"}) unlink((dir + f).c_str());
-    rmdir(dir.c_str());
+    remove_run_dir(dir);
   }
 }
 

@@ -80,6 +80,11 @@ struct HolderOptions {
   std::string users_lock;
 };
 
+// Removes a detached holder's run directory: the directory of its `users_lock`, with the files
+// that `slipway run` keeps there (holder, lock, users, image). The holder does it when its last
+// task has gone; the next step's first task does it for a holder that was killed first.
+void remove_run_dir(const std::string& dir);
+
 // Starts the holder. When the caller runs as root with another effective uid (slurmstepd in
 // user_init), the holder first becomes spec.uid/spec.gid entirely. It keeps none of the caller's
 // file descriptors.

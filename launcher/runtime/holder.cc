@@ -18,6 +18,12 @@
 #include "runtime/run_in.h"
 
 namespace slipway::launcher {
+
+void remove_run_dir(const std::string& dir) {
+  for (const char* f : {"/holder", "/lock", "/users", "/image"}) unlink((dir + f).c_str());
+  rmdir(dir.c_str());
+}
+
 namespace {
 
 // Leaves the child with stdio on /dev/null and the report pipe as fd 3, nothing else.
@@ -41,9 +47,7 @@ Status isolate_descriptors(int report_fd) {
   for (;;) {
     usleep(200 * 1000);
     if (fd.valid() && flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
-    const std::string dir = users_lock.substr(0, users_lock.rfind('/'));
-    for (const char* f : {"/holder", "/lock", "/users", "/image"}) unlink((dir + f).c_str());
-    rmdir(dir.c_str());
+    remove_run_dir(users_lock.substr(0, users_lock.rfind('/')));
     _exit(0);
   }
 }
