@@ -186,10 +186,6 @@ size_t recv_some(int fd, const iovec* v, int parts, const std::string& peer) {
   throw_peer_lost(peer, errno);
 }
 
-namespace {
-
-// One non-blocking step of a transfer (body, then padding); returns bytes moved (0 when it would
-// block). At most 1 MiB of body per call.
 size_t step_send(int fd, const Outgoing& out, size_t sent, const std::string& peer) {
   iovec v[2];
   int parts = 0;
@@ -204,7 +200,6 @@ size_t step_send(int fd, const Outgoing& out, size_t sent, const std::string& pe
   return send_some(fd, v, parts, peer);
 }
 
-// Reads what is there of the prefix, the body and the padding (one readv); returns bytes moved.
 size_t step_recv(int fd, Incoming& in, size_t got, char* sink, const std::string& peer) {
   iovec v[3];
   int parts = 0;
@@ -217,8 +212,6 @@ size_t step_recv(int fd, Incoming& in, size_t got, char* sink, const std::string
   if (pad_got < in.pad) v[parts++] = {sink, in.pad - pad_got};
   return recv_some(fd, v, parts, peer);
 }
-
-}  // namespace
 
 void exchange(int send_fd, const Outgoing& out, int recv_fd, Incoming& in, const Waiting& wait,
               const std::string& send_peer, const std::string& recv_peer) {

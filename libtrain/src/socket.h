@@ -102,6 +102,13 @@ struct Incoming {
   size_t pad = 0;
 };
 
+// One non-blocking step of sending `out` whose first `sent` bytes (body, then padding) are gone:
+// at most 1 MiB of body per call. Returns the bytes moved, 0 when it would block.
+size_t step_send(int fd, const Outgoing& out, size_t sent, const std::string& peer);
+// One readv of what is there of `in` past its first `got` bytes (prefix, body, padding; the
+// padding goes to `sink`, kWireAlign bytes). Returns the bytes moved, 0 when it would block.
+size_t step_recv(int fd, Incoming& in, size_t got, char* sink, const std::string& peer);
+
 // Sends `out` to `send_fd` while receiving `in` from `recv_fd`, so that a ring of ranks all
 // sending at once cannot deadlock.
 void exchange(int send_fd, const Outgoing& out, int recv_fd, Incoming& in, const Waiting& wait,

@@ -202,8 +202,7 @@ void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype,
   auto* base = static_cast<uint8_t*>(data);
   const size_t prefix0 = header_due_ ? sizeof(theirs_) : 0;
   const std::string next_name = name((index_ + 1) % n), prev_name = name((index_ + n - 1) % n);
-  constexpr size_t kMaxCall = 1 << 20;  // body bytes per sendmsg
-  char sink[kWireAlign];                // where received padding goes
+  char sink[kWireAlign];  // where received padding goes
 
   int in_m = 0, out_m = 0;         // the messages in flight each way
   size_t in_got = 0, out_sent = 0;  // their bytes so far, header and padding included
@@ -231,43 +230,39 @@ void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype,
     bool progress = false, sendable = false;
     if (out_m < msgs) {
       size_t body = seg_len(out_seg(out_m)), pad = wire_pad(body), ready = out_ready();
-      iovec v[2];
-      int parts = 0;
-      if (out_sent < ready && (ready == body || ready - out_sent >= kStreamPiece))
-        v[parts++] = {base + seg_begin(out_seg(out_m)) + out_sent, std::min(ready - out_sent, kMaxCall)};
-      size_t body_end = out_sent < body ? out_sent + (parts ? v[0].iov_len : 0) : out_sent;
-      if (ready == body && body_end >= body && out_sent < body + pad) {
-        size_t pad_sent = out_sent > body ? out_sent - body : 0;
-        v[parts++] = {const_cast<char*>(kZeros) + pad_sent, pad - pad_sent};
+      // What may leave now: the ready body (the padding once all of it is), in whole pieces.
+      Outgoing out{base + seg_begin(out_seg(out_m)), ready, ready == body ? pad : 0};
+      if (out_sent < out.len + out.pad && (ready == body || ready - out_sent >= kStreamPiece)) {
+        sendable = true;
+        size_t moved = step_send(next_.get(), out, out_sent, next_name);
+        out_sent += moved;
+        progress |= moved > 0;
       }
-      size_t moved = parts ? send_some(next_.get(), v, parts, next_name) : 0;
-      out_sent += moved;
-      progress |= moved > 0;
       if (out_sent == body + pad) {
         ++out_m;
         out_sent = 0;
         progress = true;
-      } else {
-        sendable = parts > 0;
+        sendable = false;
       }
     }
     if (in_m < msgs) {
-      size_t prefix = in_m == 0 ? prefix0 : 0, body = seg_len(in_seg(in_m)), pad = wire_pad(body);
-      uint8_t* dst = in_m < n - 1 ? incoming : base + seg_begin(in_seg(in_m));
-      iovec v[3];
-      int parts = 0;
-      if (in_got < prefix) v[parts++] = {reinterpret_cast<char*>(&theirs_) + in_got, prefix - in_got};
-      size_t body_got = std::min(in_got > prefix ? in_got - prefix : 0, body);
-      if (body_got < body) v[parts++] = {dst + body_got, body - body_got};
-      size_t pad_got = in_got > prefix + body ? in_got - prefix - body : 0;
-      if (pad_got < pad) v[parts++] = {sink, pad - pad_got};
-      size_t moved = parts ? recv_some(prev_.get(), v, parts, prev_name) : 0;
-      bool prefix_done = in_got < prefix && in_got + moved >= prefix;
+      Incoming in;
+      if (in_m == 0 && prefix0 > 0) {
+        in.prefix = &theirs_;
+        in.prefix_len = prefix0;
+      }
+      in.body = in_m < n - 1 ? incoming : base + seg_begin(in_seg(in_m));
+      in.body_len = seg_len(in_seg(in_m));
+      in.pad = wire_pad(in.body_len);
+      size_t total = in.prefix_len + in.body_len + in.pad;
+      size_t moved = in_got < total ? step_recv(prev_.get(), in, in_got, sink, prev_name) : 0;
+      bool prefix_done = in_got < in.prefix_len && in_got + moved >= in.prefix_len;
       in_got += moved;
       progress |= moved > 0;
       if (prefix_done) check_header(theirs_.op);  // throws before any of the data is used
-      if (moved > 0) absorb(std::min(in_got > prefix ? in_got - prefix : 0, body), in_got >= prefix + body);
-      if (in_got == prefix + body + pad) {
+      size_t body_got = std::min(in_got > in.prefix_len ? in_got - in.prefix_len : 0, in.body_len);
+      if (moved > 0) absorb(body_got, body_got == in.body_len);
+      if (in_got == total) {
         ++in_m;
         in_got = 0;
         done = 0;
