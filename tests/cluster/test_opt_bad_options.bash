@@ -98,6 +98,26 @@ test_contradictory_flags() {
     assert_each_contains "--container-remap-root and --no-container-remap-root contradict each other"
 }
 
+# The same options as #SBATCH lines of a script: sbatch refuses the script, nothing is queued.
+test_bad_options_in_sbatch_directives() {
+    local script t0 bad
+    script=$(job_user_home)/bad-directive-$$.sh
+    for bad in --container-mounts=/tmp:data --container-unshare=pid "--container-writable --container-readonly"; do
+        printf '#!/bin/sh\n#SBATCH --container-image=%s\n#SBATCH %s\n#SBATCH -N1 --time=1\nsrun true\n' \
+            "$BUSYBOX" "$bad" >"$script"
+        chown slwuser "$script"
+        t0=$(now)
+        run_job sbatch "$script"
+        ((status != 0)) || fail "sbatch accepted a script with '#SBATCH $bad'"
+        assert_less "$(elapsed "$t0")" 5 "seconds for sbatch to refuse '#SBATCH $bad'"
+        assert_equal 1 "$(grep -c 'slipway:' <<<"$output")" "slipway: lines for '#SBATCH $bad'"
+        assert_output_contains "slipway: ${bad%%[= ]*}"
+    done
+    rm -f "$script"
+    run_job squeue -h -u slwuser
+    assert_output ""
+}
+
 test_container_option_without_an_image() {
     run_job srun -N1 -K --container-mounts=/tmp:/data true
     assert_failure

@@ -38,3 +38,31 @@ test_failing_entrypoint_fails_the_step_with_its_message() {
     assert_failure
     assert_output_contains "slipway: the image's entrypoint (/entrypoint.sh) failed with status 3: entrypoint: failing as asked; fix the image or run with --no-container-entrypoint"
 }
+
+test_sbatch_entrypoint_reaches_every_step() {
+    local script
+    script=$(job_user_home)/entrypoint-batch-$$.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$IMAGE
+#SBATCH --container-entrypoint --container-entrypoint-log
+#SBATCH -N2 --ntasks-per-node=1 --time=2
+srun -K sh -c 'echo "step \$SLURM_PROCID: \$FROM_ENTRYPOINT"'
+srun -K --no-container-entrypoint sh -c 'echo "plain \$SLURM_PROCID: [\$FROM_ENTRYPOINT]"'
+EOS
+    chown slwuser "$script"
+    run_batch "$script"
+    rm -f "$script"
+    assert_success
+    assert_equal 2 "$(grep -c '^step [01]: set by the entrypoint$' <<<"$output")" "steps with the variable"
+    assert_equal 2 "$(grep -c '^plain [01]: \[\]$' <<<"$output")" "steps that turned it off"
+    assert_equal 2 "$(grep -c '^entrypoint ran on node[0-9] as ' <<<"$output")" "entrypoint runs (first step only)"
+}
+
+test_salloc_entrypoint() {
+    run_job salloc -N2 --time=2 --container-image="$IMAGE" --container-entrypoint \
+        srun -K -n2 sh -c 'echo "task $SLURM_PROCID: $FROM_ENTRYPOINT"'
+    assert_success
+    assert_equal 2 "$(grep -c '^task [01]: set by the entrypoint$' <<<"$output")" "tasks with the variable"
+    assert_output_not_contains "entrypoint ran on"
+}

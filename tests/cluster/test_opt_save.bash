@@ -37,3 +37,35 @@ test_unwritable_save_path_is_reported() {
     run_job srun -N1 -K --container-image="$BUSYBOX" --container-save=/proc/nope/x.tar true
     assert_output_contains "--container-save=/proc/nope/x.tar"
 }
+
+test_sbatch_save_of_a_step() {
+    local script
+    script=$(job_user_home)/save-batch-$$.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$BUSYBOX
+#SBATCH --container-writable
+#SBATCH -N1 --time=2
+srun -K --container-save=$OUT sh -c 'echo from-sbatch >/etc/slipway-image'
+EOS
+    chown slwuser "$script"
+    rm -f "$OUT"
+    run_batch "$script"
+    rm -f "$script"
+    assert_success
+    assert_file_exists "$OUT"
+    run_job srun -N1 -K --container-image="$OUT" cat /etc/slipway-image
+    assert_success
+    assert_equal from-sbatch "${lines[-1]}" "marker of the image saved by the batch step"
+}
+
+test_salloc_save() {
+    rm -f "$OUT"
+    run_job salloc -N1 --time=2 --container-image="$BUSYBOX" --container-writable --container-save="$OUT" \
+        srun -K sh -c 'echo from-salloc >/etc/slipway-image'
+    assert_success
+    assert_file_exists "$OUT"
+    run_job srun -N1 -K --container-image="$OUT" cat /etc/slipway-image
+    assert_success
+    assert_equal from-salloc "${lines[-1]}" "marker of the image saved by the salloc step"
+}
