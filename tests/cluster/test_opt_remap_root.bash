@@ -58,6 +58,31 @@ test_mknod_of_a_device_is_a_no_op_fifo_is_real() {
     assert_output_contains "fifo made"
 }
 
+# What remap-root is for: a package manager installs a package whose files belong to another user
+# (dpkg chowns each file to its owner in the archive, here daemon, uid 1) and whose maintainer
+# script changes owners too. Without the filter's no-op chown the install fails: uid 1 has no
+# mapping in the container.
+test_dpkg_installs_a_package_as_root_inside() {
+    local pkg=$DIR/pkgroot
+    rm -rf "$pkg"
+    mkdir -p "$pkg/DEBIAN" "$pkg/opt/slipway-test"
+    printf 'Package: slipway-remap-test\nVersion: 1.0\nArchitecture: all\nMaintainer: Slipway <t@example.org>\nDescription: test package\n' \
+        >"$pkg/DEBIAN/control"
+    printf '#!/bin/sh\nset -e\nchown daemon:daemon /opt/slipway-test/data\necho "postinst ran as $(id -u)"\n' >"$pkg/DEBIAN/postinst"
+    chmod 0755 "$pkg/DEBIAN/postinst"
+    echo payload >"$pkg/opt/slipway-test/data"
+    chown -R 1:1 "$pkg/opt"
+    run_host dpkg-deb --build "$pkg" "$DIR/test.deb"
+    assert_success
+    chmod 0644 "$DIR/test.deb"
+    run_job srun -N1 -K --container-image="$PYTHON" --container-remap-root --container-writable sh -c \
+        "dpkg -i $DIR/test.deb && cat /opt/slipway-test/data && dpkg-query -W -f='\${Status}\n' slipway-remap-test"
+    assert_success
+    assert_output_contains "postinst ran as 0"
+    assert_output_contains "payload"
+    assert_output_contains "install ok installed"
+}
+
 test_without_remap_root_the_job_user_and_no_filter() {
     run_job srun -N2 -K --container-image="$BUSYBOX" --no-container-remap-root sh -c '
         echo "ids $(id -u):$(id -g)"; f=/tmp/slipway-chown-$SLURM_JOB_ID-$SLURM_PROCID; touch $f
