@@ -2,7 +2,7 @@
 # Per-task start cost of a container with a cached image, Slipway against its peers and the floor,
 # and what --container-image adds to an 8-task srun on 4 nodes (design.md, "Performance model").
 #
-#   bench_launch.sh [--runs N] [--image NAME] [--out DIR]      (as root; measures as the job user)
+#   bench_launch.sh [--runs N] [--rounds R] [--image NAME] [--out DIR]   (as root; measures as the job user)
 #
 # Needs a sandbox up (contrib/sandbox/slipway-sandbox up; SLIPWAY_SANDBOX_INSTANCE picks which),
 # the image pushed (slipway-sandbox images NAME), hyperfine, and the slipway binary
@@ -18,7 +18,7 @@ INSTANCE=${SLIPWAY_SANDBOX_INSTANCE:-0}
 if ((INSTANCE == 0)); then SANDBOX_DIR=/var/lib/slipway-sandbox; else SANDBOX_DIR=/var/lib/slipway-sandbox-$INSTANCE; fi
 SLIPWAY_BIN=${SLIPWAY_BIN:-$REPO/build/launcher/slipway}
 JOB_USER=slwuser
-RUNS=200 IMAGE=busybox OUT=/tmp/bench-launch-$(date +%Y%m%d-%H%M%S)
+RUNS=200 ROUNDS=10 IMAGE=busybox OUT=/tmp/bench-launch-$(date +%Y%m%d-%H%M%S)
 
 die() { echo "bench_launch: $*" >&2; exit 1; }
 
@@ -27,12 +27,14 @@ while (($#)); do
         --runs) RUNS=$2; shift 2 ;;
         --image) IMAGE=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         *) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 2 ;;
     esac
 done
 [[ $EUID -eq 0 ]] || die "run as root: it measures as $JOB_USER through setpriv"
 command -v hyperfine >/dev/null || die "hyperfine missing (apt-get install -y hyperfine)"
 [[ -x $SLIPWAY_BIN ]] || die "$SLIPWAY_BIN not built (make slipway) or set SLIPWAY_BIN"
+SLIPWAY_BIN=$(realpath "$SLIPWAY_BIN")   # the commands run from $OUT
 REGISTRY=10.77.$INSTANCE.1:5000
 REF=$REGISTRY/slipway/$IMAGE:latest
 UID_=$(id -u $JOB_USER)
@@ -55,19 +57,44 @@ read -r DIGEST ROOTFS < <(as_user "$SLIPWAY_BIN" import "$REF") || die "slipway 
 echo "image $REF = $DIGEST" >&2
 echo "rootfs $ROOTFS" >&2
 
-# bench NAME RUNS CMD: hyperfine without a shell (-N), medians in $OUT/NAME.json.
-bench() {
-    as_user hyperfine -N --style none --warmup 5 --runs "$2" --export-json "$OUT/$1.json" "$3" >/dev/null \
-        || { echo "bench_launch: '$3' failed; skipping $1" >&2; rm -f "$OUT/$1.json"; }
-}
-
-bench host "$RUNS" "$ROOTFS/bin/true"
-bench floor "$RUNS" "unshare -U -r -m /usr/sbin/chroot $ROOTFS /bin/true"
-bench slipway_tag "$RUNS" "$SLIPWAY_BIN run --container-image=$REF -- /bin/true"
-bench slipway_digest "$RUNS" "$SLIPWAY_BIN run --container-image=${REF%:latest}@$DIGEST -- /bin/true"
-bench ch_run "$RUNS" "ch-run $ROOTFS -- /bin/true"
-bench bwrap "$RUNS" "bwrap --unshare-user --ro-bind $ROOTFS / --dev /dev --proc /proc /bin/true"
-bench podman $((RUNS / 10 > 5 ? RUNS / 10 : 5)) "podman run --rm --network=host --rootfs $ROOTFS /bin/true"
+# The per-task rows run in ROUNDS rounds, each row a hyperfine batch of RUNS/ROUNDS in turn (host,
+# floor, slipway, ch-run, ...), so a change in the machine's load while the rows run hits all of
+# them alike; a row's figures are over all its rounds. hyperfine runs without a shell (-N).
+declare -A CMD RUNS_OF
+row() { CMD[$1]=$3; RUNS_OF[$1]=$2; ROWS+=("$1"); }
+ROWS=()
+row host "$RUNS" "$ROOTFS/bin/true"
+row floor "$RUNS" "unshare -U -r -m /usr/sbin/chroot $ROOTFS /bin/true"
+row slipway_tag "$RUNS" "$SLIPWAY_BIN run --container-image=$REF -- /bin/true"
+row slipway_digest "$RUNS" "$SLIPWAY_BIN run --container-image=${REF%:latest}@$DIGEST -- /bin/true"
+row ch_run "$RUNS" "ch-run $ROOTFS -- /bin/true"
+row bwrap "$RUNS" "bwrap --unshare-user --ro-bind $ROOTFS / --dev /dev --proc /proc /bin/true"
+row podman $((RUNS / 10 > ROUNDS ? RUNS / 10 : ROUNDS)) "podman run --rm --network=host --rootfs $ROOTFS /bin/true"
+for ((r = 0; r < ROUNDS; r++)); do
+    for name in "${ROWS[@]}"; do
+        n=$(( (RUNS_OF[$name] + ROUNDS - 1) / ROUNDS ))
+        as_user hyperfine -N --style none --warmup 3 --runs "$n" --export-json "$OUT/$name.$r.json" \
+            "${CMD[$name]}" >/dev/null || echo "bench_launch: '${CMD[$name]}' failed (round $r)" >&2
+    done
+done
+# One JSON per row, hyperfine's shape, over every round's times.
+python3 - "$OUT" "$ROUNDS" "${ROWS[@]}" <<'PY'
+import json, os, statistics, sys
+out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+for name in names:
+    times, command = [], None
+    for r in range(rounds):
+        p = os.path.join(out, "%s.%d.json" % (name, r))
+        if os.path.exists(p):
+            res = json.load(open(p))["results"][0]
+            times += res["times"]
+            command = res["command"]
+            os.remove(p)
+    if len(times) >= 2:
+        json.dump({"results": [{"command": command, "median": statistics.median(times),
+                                "mean": statistics.mean(times), "stddev": statistics.stdev(times),
+                                "times": times}]}, open(os.path.join(out, name + ".json"), "w"))
+PY
 
 if [[ $("$SANDBOX" status 2>/dev/null || true) =~ slurmctld\ +running ]]; then
     SRUN_RUNS=$((RUNS / 10 > 10 ? RUNS / 10 : 10))
@@ -82,7 +109,7 @@ times = {k: [] for k in cmds}
 for i in range(runs + 2):
     for k, c in cmds.items():
         t = time.monotonic()
-        subprocess.run(c, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(c, check=True, stdout=subprocess.DEVNULL, cwd="/")  # a directory every node has
         if i >= 2:  # two warm-up rounds
             times[k].append(time.monotonic() - t)
 for k, t in times.items():
