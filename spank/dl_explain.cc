@@ -10,6 +10,7 @@ namespace {
 std::string bind_line(const launcher::PlannedBind& b) {
   std::string flags = b.bind.read_only ? "ro" : "rw";
   if (b.bind.allow_devices) flags += ",dev";
+  if (b.bind.no_exec) flags += ",noexec";
   return "bind " + b.bind.source + " -> " + b.bind.destination + " (" + flags + "): " + b.why;
 }
 

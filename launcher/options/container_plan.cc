@@ -36,7 +36,8 @@ Status add_mounts(const JobOptions& opts, const SiteDefaults& site, const std::s
                                node + "; create it or fix the path",
                            ENOENT);
     spec.binds.push_back({.source = m.source, .destination = m.destination,
-                          .read_only = m.read_only, .recursive = m.recursive});
+                          .read_only = m.read_only, .recursive = m.recursive,
+                          .no_exec = m.no_exec});
   }
   return Status();
 }

@@ -143,8 +143,8 @@ constexpr std::array kOptions = {
                "docker://..., an OCI or docker archive (./img.tar) or an OCI layout directory",
                "CONTAINER_IMAGE", set_image},
     OptionSpec{OptionId::kContainerMounts, "container-mounts", "SRC[:DST[:FLAGS]][,...]",
-               "[slipway] bind host paths into the container; FLAGS: ro, rw, rbind, norbind "
-               "(joined by '+')",
+               "[slipway] bind host paths into the container; FLAGS joined by '+': ro, rw, "
+               "rbind, norbind, noexec (nosuid, nodev, private, rprivate: always so)",
                "CONTAINER_MOUNTS", set_mounts},
     OptionSpec{OptionId::kContainerWorkdir, "container-workdir", "PATH",
                "[slipway] working directory inside the container", "CONTAINER_WORKDIR",
@@ -262,12 +262,24 @@ Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_v
                  "needs an absolute destination inside the container, e.g. /data:/data");
     if (has_dotdot(m.source))
       return bad("container-mounts", entry, "has '..' in its source; give a plain path");
+    // pyxis passes FLAGS to enroot as mount options; these are the ones that mean something for
+    // a bind. Binds are always nosuid and nodev, and private: the container's mount namespace
+    // never propagates mounts to or from the host.
     for (auto flag : f.size() > 2 ? split(f[2], '+') : std::vector<std::string_view>{}) {
       if (flag == "ro") m.read_only = true;
       else if (flag == "rw") m.read_only = false;
       else if (flag == "rbind") m.recursive = true;
       else if (flag == "norbind") m.recursive = false;
-      else return bad("container-mounts", entry, "has an unknown flag; use ro, rw, rbind, norbind");
+      else if (flag == "noexec") m.no_exec = true;
+      else if (flag == "nosuid" || flag == "nodev" || flag == "private" || flag == "rprivate") {
+      } else if (flag == "slave" || flag == "rslave" || flag == "shared" || flag == "rshared")
+        return bad("container-mounts", entry,
+                   "asks for propagation '" + std::string(flag) +
+                       "'; container mounts are always private here: use private or drop it");
+      else
+        return bad("container-mounts", entry,
+                   "has an unknown flag; use ro, rw, rbind, norbind, noexec, nosuid, nodev, "
+                   "private, rprivate");
     }
     out.push_back(std::move(m));
   }

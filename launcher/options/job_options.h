@@ -66,6 +66,7 @@ struct MountSpec {
   std::string destination;
   bool read_only = false;
   bool recursive = true;
+  bool no_exec = false;
 };
 
 // --container-name=NAME[:MODE]. auto: reuse the named container if it exists, else create it;

@@ -201,7 +201,7 @@ Status mount_binds(int root_fd, const LaunchSpec& spec) {
     if (b.optional && access(b.source.c_str(), F_OK) != 0) continue;
     Status st = bind_at(root_fd, b.source, b.destination,
                         {.recursive = b.recursive, .read_only = b.read_only,
-                         .allow_devices = b.allow_devices});
+                         .allow_devices = b.allow_devices, .no_exec = b.no_exec});
     // A user namespace may not leave out mounts below a bind source: they are locked to it.
     if (!st.ok() && !b.recursive && st.error_number() == EINVAL)
       return Status::error("--container-mounts: cannot bind '" + b.source + "' with norbind: it "

@@ -18,6 +18,7 @@ struct Bind {
   bool recursive = true;    // MS_REC: also bind the mounts below source
   bool optional = false;    // skip quietly when the source does not exist
   bool allow_devices = false;  // device nodes under it stay usable (only for GPU devices)
+  bool no_exec = false;        // MOUNT_ATTR_NOEXEC (--container-mounts flag noexec)
 };
 
 struct LaunchSpec {

@@ -99,7 +99,7 @@ Status bind_onto(const std::string& source, int target_fd, BindFlags flags, cons
   if (!tree.valid()) return Status::from_errno("bind " + what + ": open " + source, errno);
   struct mount_attr attr = {};
   attr.attr_set = MOUNT_ATTR_NOSUID | (flags.allow_devices ? 0 : MOUNT_ATTR_NODEV) |
-                  (read_only ? MOUNT_ATTR_RDONLY : 0);
+                  (read_only ? MOUNT_ATTR_RDONLY : 0) | (flags.no_exec ? MOUNT_ATTR_NOEXEC : 0);
   SLIPWAY_SYS(mount_setattr(tree.get(), "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr,
                             sizeof attr),
               "bind " + what + ": set mount flags");

@@ -20,10 +20,11 @@ struct BindFlags {
   bool recursive = true;       // carry the mounts below the source along (MS_REC)
   bool read_only = false;
   bool allow_devices = false;  // only for the device nodes of /dev: everything else is nodev
+  bool no_exec = false;
 };
 
 // Bind-mounts `source` (host path) onto the object `target_fd` refers to with nosuid (and nodev
-// unless allow_devices), read-only when asked. `what` names the mount in errors.
+// unless allow_devices), read-only and noexec when asked. `what` names the mount in errors.
 Status bind_onto(const std::string& source, int target_fd, BindFlags flags, const std::string& what);
 
 // "/proc/self/fd/N": the path that names exactly the inode behind fd N (mount(2) follows it).

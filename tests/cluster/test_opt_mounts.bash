@@ -1,5 +1,6 @@
 # --container-mounts=SRC[:DST[:FLAGS]][,...] on the sandbox: host directories bound into the
-# container on every node, read-write unless `ro`, always nosuid,nodev, DST defaulting to SRC, a
+# container on every node, read-write unless `ro`, always nosuid,nodev (noexec on request, flags
+# joined by '+' as in pyxis), DST defaulting to SRC, a
 # relative SRC taken from the submission directory, submounts carried unless `norbind`, and a
 # symlink in the container that cannot lead a destination out of the root. srun, #SBATCH, salloc.
 
@@ -48,6 +49,27 @@ test_ro_flag_and_nosuid_nodev() {
         sh -c 'grep " /data " /proc/self/mountinfo'
     assert_success
     [[ $output == *nosuid* && $output == *nodev* ]] || fail "a rw bind is not nosuid,nodev: $output"
+}
+
+# pyxis's flag syntax (its --help shows "ro+rprivate"): flags joined by '+', noexec applied,
+# propagation other than private refused at submission.
+test_pyxis_flags_and_noexec() {
+    printf '#!/bin/sh\necho ran-from-bind\n' >"$DATA/a/tool.sh"
+    chmod 0755 "$DATA/a/tool.sh"
+    chown slwuser: "$DATA/a/tool.sh"
+    run_job srun -N2 -K --container-image="$BUSYBOX" --container-mounts="$DATA/a:/data:ro+rprivate" /data/tool.sh
+    assert_success
+    assert_equal 2 "$(grep -cx ran-from-bind <<<"$output")" "tasks running a script from the bind"
+    run_job srun -N2 -K --container-image="$BUSYBOX" --container-mounts="$DATA/a:/data:ro+noexec" \
+        sh -c '/data/tool.sh 2>&1; grep " /data " /proc/self/mountinfo'
+    assert_success
+    assert_output_not_contains "ran-from-bind"
+    assert_equal 2 "$(grep -c 'Permission denied' <<<"$output")" "refused execs"
+    assert_equal 2 "$(grep -c ' /data ro,.*noexec' <<<"$output")" "ro,noexec mounts"
+    run_job srun -N1 -K --container-image="$BUSYBOX" --container-mounts="$DATA/a:/data:rslave" true
+    assert_failure
+    assert_output_contains "slipway: --container-mounts='$DATA/a:/data:rslave' asks for propagation 'rslave'; container mounts are always private here: use private or drop it"
+    rm -f "$DATA/a/tool.sh"
 }
 
 test_several_mounts_and_default_destination() {

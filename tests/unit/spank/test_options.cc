@@ -101,6 +101,26 @@ START_TEST(mounts_parse_and_reject_bad_specs) {
 }
 END_TEST
 
+// pyxis's own --help example is "ro+rprivate": its flags are mount options.
+START_TEST(mounts_take_pyxis_mount_flags) {
+  auto m = parse_mounts("/a:/a:ro+rprivate,/b:/b:noexec+nosuid+nodev+private,/c:/c", "/");
+  ck_assert_msg(m.ok(), "%s", m.ok() ? "" : m.status().message().c_str());
+  ck_assert((*m)[0].read_only && !(*m)[0].no_exec && (*m)[0].recursive);
+  ck_assert(!(*m)[1].read_only && (*m)[1].no_exec);
+  ck_assert(!(*m)[2].no_exec);
+  for (const char* flag : {"slave", "rslave", "shared", "rshared"}) {
+    auto r = parse_mounts(std::string("/a:/a:ro+") + flag, "/");
+    ck_assert_msg(!r.ok(), "accepted propagation %s", flag);
+    ck_assert_msg(r.status().message().find("container mounts are always private") !=
+                      std::string::npos, "%s", r.status().message().c_str());
+  }
+  auto r = parse_mounts("/a:/a:exec", "/");
+  ck_assert(!r.ok());
+  ck_assert_msg(r.status().message().find("unknown flag; use ro, rw, rbind, norbind, noexec") !=
+                    std::string::npos, "%s", r.status().message().c_str());
+}
+END_TEST
+
 START_TEST(pyxis_registry_hash_form) {
   JobOptions o;
   ck_assert(apply_option(o, OptionId::kContainerImage, "nvcr.io#nvidia/pytorch:24.01-py3").ok());
@@ -240,6 +260,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, plugstack_keys_parse);
   tcase_add_test(tc, plugstack_rejects_unknown_and_bad_values);
   tcase_add_test(tc, mounts_parse_and_reject_bad_specs);
+  tcase_add_test(tc, mounts_take_pyxis_mount_flags);
   tcase_add_test(tc, container_name_modes);
   tcase_add_test(tc, pyxis_registry_hash_form);
   tcase_add_test(tc, other_values_validated);
