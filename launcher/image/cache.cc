@@ -46,7 +46,7 @@ Status NodeCache::ensure_layout() const {
     return Status::error("cache directory '" + root_ + "' is not an absolute path", EINVAL);
   if (Status st = make_dirs(root_, 0700); !st.ok()) return st.context("create the cache");
   SLIPWAY_TRY(check_owned(root_));
-  for (const char* sub : {"/blobs", "/blobs/sha256", "/images", "/tmp", "/locks"}) {
+  for (const char* sub : {"/blobs", "/blobs/sha256", "/images", "/tmp", "/locks", "/squashfs"}) {
     std::string p = root_ + sub;
     if (::mkdir(p.c_str(), 0700) == -1 && errno != EEXIST)
       return Status::from_errno("create cache directory " + p, errno);

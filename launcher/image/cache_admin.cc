@@ -112,6 +112,23 @@ Status remove_unreferenced_blobs(const NodeCache& cache) {
   for (const auto& hex : *blobs)
     if (!keep.count(hex) && ::unlink((dir + "/" + hex).c_str()) == -1 && errno != ENOENT)
       return Status::from_errno("remove blob " + hex, errno);
+  // The squashfs memos (import_squashfs.cc) of images no longer published go too.
+  const std::set<std::string> published(images->begin(), images->end());
+  const std::string memos = cache.root() + "/squashfs";
+  auto names = list_dir(memos);
+  if (!names.ok()) return Status();  // a cache from before squashfs images: nothing to do
+  for (const auto& key : *names) {
+    const std::string memo = memos + "/" + key;
+    int fd = ::open(memo.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    char buf[80] = {};
+    ssize_t n = fd < 0 ? 0 : ::read(fd, buf, sizeof buf - 1);
+    if (fd >= 0) ::close(fd);
+    std::string digest(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    digest = digest.substr(0, digest.find('\n'));
+    if ((!is_valid_digest(digest) || !published.count(digest.substr(7))) &&
+        ::unlink(memo.c_str()) == -1 && errno != ENOENT)
+      return Status::from_errno("remove " + memo, errno);
+  }
   return Status();
 }
 

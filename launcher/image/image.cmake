@@ -13,6 +13,7 @@ target_sources(slipway_launcher PRIVATE
   image/import.cc
   image/import_build.cc
   image/import_local.cc
+  image/import_squashfs.cc
   image/layer.cc
   image/manifest.cc
   image/manifest_handoff.cc

@@ -21,6 +21,7 @@
 #include "image/digest.h"
 #include "image/fs_beneath.h"
 #include "image/import_build.h"
+#include "image/import_squashfs.h"
 
 namespace slipway::launcher {
 namespace {
@@ -393,13 +394,21 @@ Result<LocalImage> read_local(LocalSource& src, const std::string& image) {
 }  // namespace
 
 Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOptions& opts) {
-  SLIPWAY_TRY(archive_library().load());
-  SLIPWAY_TRY(crypto_library().load());
   NodeCache cache(opts.cache_dir);
   SLIPWAY_TRY(cache.ensure_layout());
   Progress progress(opts.progress);
   const std::string image = ref.path;
   progress.report("reading " + image);
+  {
+    // enroot's squashfs images (what pyxis users have on disk) take their own path, which loads
+    // libarchive and libcrypto only when the image is not cached.
+    UniqueFd fd(::open(image.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    if (fd.valid() && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && is_squashfs(fd.get()))
+      return import_squashfs_image(image, fd.get(), opts, progress);
+  }
+  SLIPWAY_TRY(archive_library().load());
+  SLIPWAY_TRY(crypto_library().load());
   auto src = open_source(image);
   SLIPWAY_TRY(src);
   auto local = read_local(**src, image);

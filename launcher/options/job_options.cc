@@ -140,7 +140,8 @@ Status set_dl_explain(JobOptions& o, std::string_view, std::string_view) {
 constexpr std::array kOptions = {
     OptionSpec{OptionId::kContainerImage, "container-image", "IMAGE",
                "[slipway] run the step in the container IMAGE: [REGISTRY/]REPO[:TAG][@DIGEST], "
-               "docker://..., an OCI or docker archive (./img.tar) or an OCI layout directory",
+               "docker://..., an OCI or docker archive (./img.tar), an OCI layout directory or an "
+               "enroot squashfs file (./img.sqsh)",
                "CONTAINER_IMAGE", set_image},
     OptionSpec{OptionId::kContainerMounts, "container-mounts", "SRC[:DST[:FLAGS]][,...]",
                "[slipway] bind host paths into the container; FLAGS joined by '+': ro, rw, "

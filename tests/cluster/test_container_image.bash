@@ -1,6 +1,7 @@
 # --container-image on the sandbox (issue 2): every task of srun, of a batch script's steps and of
 # salloc's steps runs inside the image pulled from the registry, as the job user; a wrong image
-# fails at submission, fast, with one line naming the image and the registry.
+# fails at submission, fast, with one line naming the image and the registry. Also pyxis's forms:
+# REGISTRY#REPO and enroot's squashfs files.
 
 setup_file() {
     require_sandbox
@@ -108,4 +109,41 @@ test_pyxis_registry_hash_form_works() {
     run_job srun -N1 -K --container-image="${BUSYBOX/\/slipway\//#slipway/}" cat /etc/slipway-image
     assert_success
     assert_output "busybox"
+}
+
+# What pyxis users have on disk: enroot's squashfs images (from `enroot import` or pyxis's own
+# --container-save). Env comes from the image's /etc/environment, the entrypoint is /etc/rc.
+make_enroot_squashfs() {
+    local tree=$1/tree applet
+    rm -rf "$tree"
+    mkdir -p "$tree"/{bin,etc,tmp}
+    install -m 0755 /bin/busybox "$tree/bin/busybox"
+    for applet in sh cat echo env id hostname; do ln -s busybox "$tree/bin/$applet"; done
+    echo enroot-squashfs >"$tree/etc/slipway-image"
+    printf 'PATH=/bin\nFROM_ENROOT="set by the image"\n' >"$tree/etc/environment"
+    printf '#!/bin/sh\necho "rc ran on $(hostname)"\nexport FROM_RC=yes\nexec "$@"\n' >"$tree/etc/rc"
+    chmod 0755 "$tree/etc/rc"
+    mksquashfs "$tree" "$1/image.sqsh" -noappend -quiet -all-root >/dev/null
+    chown slwuser: "$1/image.sqsh"
+    rm -rf "$tree"
+}
+
+test_enroot_squashfs_image() {
+    local dir
+    dir=$(job_user_home)/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-sqsh
+    mkdir -p "$dir"
+    make_enroot_squashfs "$dir"
+    run_job srun -N2 --ntasks-per-node=2 -K --container-image="$dir/image.sqsh" \
+        sh -c 'echo "$SLURM_PROCID $(cat /etc/slipway-image) $FROM_ENROOT [$FROM_RC]"'
+    assert_success
+    assert_equal 4 "$(grep -c '^[0-3] enroot-squashfs set by the image \[\]$' <<<"$output")" "tasks in the squashfs image"
+    run_job srun -N2 -K --container-image="$dir/image.sqsh" --container-entrypoint \
+        --container-entrypoint-log sh -c 'echo "task $SLURM_PROCID [$FROM_RC]"'
+    assert_success
+    assert_equal 2 "$(grep -c '^task [01] \[yes\]$' <<<"$output")" "tasks after /etc/rc"
+    assert_equal 2 "$(grep -c '^rc ran on node' <<<"$output")" "/etc/rc runs (one per node)"
+    run_job salloc -N1 --time=2 --container-image="$dir/image.sqsh" srun -K cat /etc/slipway-image
+    assert_success
+    assert_output_contains "enroot-squashfs"
+    rm -rf "$dir"
 }

@@ -1,0 +1,321 @@
+// import_image() for squashfs files, enroot's image format: what pyxis users have on disk (from
+// `enroot import` or pyxis's own --container-save). The file is turned into a one-layer OCI image
+// and imported like any other, so the layer goes through the same hostile-input unpack
+// (layer.h) and the same atomic publish:
+//   1. sqfs2tar (squashfs-tools-ng), run as the calling user with its output size limited,
+//      writes the filesystem as a tar into tmp/; its sha256 is the layer's digest;
+//   2. the config comes from enroot's runtime files in the image (enroot's doc/image-format.md):
+//      Env from /etc/environment (NAME=VALUE lines), Entrypoint ["/etc/rc"] when it exists;
+//   3. build_and_publish() unpacks it under images/<manifest hex>/; the tar is then deleted.
+// A memo, squashfs/<key>, maps the file (device, inode, size, mtime, ctime) to the manifest
+// digest, so a cached squashfs image starts without reading the file again.
+#include "image/import_squashfs.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common/text.h"
+#include "image/archive_lazy.h"
+#include "image/digest.h"
+#include "image/import_build.h"
+
+namespace slipway::launcher {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxEnvironmentFile = 64 << 10;
+constexpr std::array kToolDirs = {"/usr/bin/", "/usr/local/bin/", "/bin/"};
+
+std::string find_tool(const char* name) {
+  for (const char* dir : kToolDirs) {
+    std::string p = std::string(dir) + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+// The memo key of the file behind FD: changes whenever the file is replaced or modified. Plain
+// hex (no hash), so that finding a cached image loads no crypto library.
+std::string memo_key(const struct stat& st) {
+  char key[160];
+  std::snprintf(key, sizeof key, "%llx-%llx-%llx-%llx.%09ld-%llx.%09ld",
+                static_cast<unsigned long long>(st.st_dev), static_cast<unsigned long long>(st.st_ino),
+                static_cast<unsigned long long>(st.st_size),
+                static_cast<unsigned long long>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec,
+                static_cast<unsigned long long>(st.st_ctim.tv_sec), st.st_ctim.tv_nsec);
+  return key;
+}
+
+std::string memo_path(const NodeCache& cache, const std::string& key) {
+  return cache.root() + "/squashfs/" + key;
+}
+
+// The manifest digest the memo names, or "" (no memo, or not a digest).
+std::string read_memo(const NodeCache& cache, const std::string& key) {
+  UniqueFd fd(::open(memo_path(cache, key).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return "";
+  char buf[80] = {};
+  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  std::string d(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  while (!d.empty() && d.back() == '\n') d.pop_back();
+  return is_valid_digest(d) ? d : "";
+}
+
+Status write_memo(const NodeCache& cache, const std::string& key, const std::string& digest) {
+  const std::string path = memo_path(cache, key);
+  const std::string tmp = cache.tmp_dir() + "/memo-" + key + "." + random_suffix();
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::from_errno("create " + tmp, errno);
+  const std::string line = digest + "\n";
+  Status st;
+  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    st = Status::from_errno("write " + tmp, errno);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) == -1)
+    st = Status::from_errno("rename " + tmp + " to " + path, errno);
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
+// The last non-empty line of what FD (a memfd) holds, for an error message.
+std::string last_line(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) == -1 || st.st_size == 0) return "";
+  const off_t from = st.st_size > 4096 ? st.st_size - 4096 : 0;
+  std::string text(static_cast<size_t>(st.st_size - from), '\0');
+  ssize_t n = ::pread(fd, text.data(), text.size(), from);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  size_t nl = text.rfind('\n');
+  return nl == std::string::npos ? text : text.substr(nl + 1);
+}
+
+// Runs ARGV (argv[0] an absolute path) with stdout into OUT_FD, stdin from /dev/null, KEEP_FD
+// left open for it, no file it writes larger than MAX_OUTPUT bytes, and a fixed environment.
+// Returns "" on success, else why it failed (its last line on stderr, or its status).
+std::string run_tool(const std::vector<std::string>& argv, int out_fd, int keep_fd,
+                     uint64_t max_output) {
+  UniqueFd err(::memfd_create("slipway-tool-stderr", MFD_CLOEXEC));
+  if (!err.valid()) return std::string("memfd_create: ") + strerror(errno);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  char path_env[] = "PATH=/usr/bin:/bin", lang_env[] = "LC_ALL=C";
+  char* envp[] = {path_env, lang_env, nullptr};
+  struct rlimit limit = {max_output, max_output};
+  // Only async-signal-safe calls between fork and exec: the caller may have threads.
+  pid_t pid = ::fork();
+  if (pid == -1) return std::string("fork: ") + strerror(errno);
+  if (pid == 0) {
+    int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null == -1 || ::dup2(null, 0) == -1 || ::dup2(out_fd, 1) == -1 ||
+        ::dup2(err.get(), 2) == -1 || ::fcntl(keep_fd, F_SETFD, 0) == -1 ||
+        ::setrlimit(RLIMIT_FSIZE, &limit) == -1)
+      ::_exit(126);
+    ::signal(SIGXFSZ, SIG_DFL);
+    ::execve(args[0], args.data(), envp);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) == -1)
+    if (errno != EINTR) return std::string("waitpid: ") + strerror(errno);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ)
+    return "its output passed the " + std::to_string(max_output >> 30) +
+           " GiB unpack limit (a decompression bomb?)";
+  std::string why = last_line(err.get());
+  if (why.empty())
+    why = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                            : "signal " + std::to_string(WTERMSIG(status));
+  return why;
+}
+
+// Env and Entrypoint from enroot's runtime files in the tar at FD.
+Result<ImageConfig> enroot_config(int fd, const std::string& image) {
+  struct ArchiveFree {
+    void operator()(archive* a) const { archive_read_free(a); }
+  };
+  std::unique_ptr<archive, ArchiveFree> a(archive_read_new());
+  if (!a) return Status::error("libarchive: out of memory", ENOMEM);
+  archive_read_support_format_tar(a.get());
+  if (::lseek(fd, 0, SEEK_SET) == -1 ||
+      archive_read_open_fd(a.get(), fd, 64 << 10) != ARCHIVE_OK)
+    return Status::error("image '" + image + "': cannot read its tar: " +
+                             archive_error_string(a.get()), EIO);
+  ImageConfig config;
+  archive_entry* e = nullptr;
+  int rc;
+  while ((rc = archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
+    std::string_view name = archive_entry_pathname(e) ? archive_entry_pathname(e) : "";
+    while (name.starts_with("./") || name.starts_with("/")) name.remove_prefix(name[0] == '.' ? 2 : 1);
+    if (archive_entry_filetype(e) != AE_IFREG) continue;
+    if (name == "etc/rc") config.entrypoint = {"/etc/rc"};
+    if (name != "etc/environment") continue;
+    if (archive_entry_size(e) > static_cast<la_int64_t>(kMaxEnvironmentFile))
+      return Status::error("image '" + image + "': /etc/environment is larger than 64 KiB", EFBIG);
+    std::string text(static_cast<size_t>(std::max<la_int64_t>(0, archive_entry_size(e))), '\0');
+    for (size_t got = 0; got < text.size();) {
+      la_ssize_t n = archive_read_data(a.get(), text.data() + got, text.size() - got);
+      if (n <= 0) return Status::error("image '" + image + "': cannot read /etc/environment", EIO);
+      got += static_cast<size_t>(n);
+    }
+    config.env = parse_environment_file(text);
+  }
+  if (rc != ARCHIVE_EOF)
+    return Status::error("image '" + image + "': cannot read its tar: " +
+                             archive_error_string(a.get()), EIO);
+  return config;
+}
+
+// The synthesized config JSON (OCI image-spec config.md) for CONFIG and the one layer.
+std::string config_json(const ImageConfig& config, const std::string& layer_digest) {
+  json c = {{"architecture", "amd64"}, {"os", "linux"}, {"config", json::object()},
+            {"rootfs", {{"type", "layers"}, {"diff_ids", {layer_digest}}}}};
+  if (!config.env.empty()) c["config"]["Env"] = config.env;
+  if (!config.entrypoint.empty()) c["config"]["Entrypoint"] = config.entrypoint;
+  return c.dump();
+}
+
+}  // namespace
+
+bool is_squashfs(int fd) {
+  char magic[4] = {};
+  return ::pread(fd, magic, sizeof magic, 0) == sizeof magic && std::memcmp(magic, "hsqs", 4) == 0;
+}
+
+std::vector<std::string> parse_environment_file(std::string_view text) {
+  std::vector<std::string> env;
+  for (std::string_view line : split(text, '\n')) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.remove_suffix(1);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (line.starts_with("export ")) line.remove_prefix(7);
+    size_t eq = line.find('=');
+    if (line.empty() || line[0] == '#' || eq == std::string_view::npos || eq == 0) continue;
+    std::string_view name = line.substr(0, eq), value = line.substr(eq + 1);
+    bool valid_name = !(name[0] >= '0' && name[0] <= '9');
+    for (char c : name)
+      valid_name = valid_name && (c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                                  (c >= '0' && c <= '9'));
+    if (!valid_name) continue;
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
+        value.back() == value.front())
+      value = value.substr(1, value.size() - 2);
+    // enroot substitutes ${VAR} from the host's environment at start; an image cannot know the
+    // job's values, so such lines are left out rather than kept half-expanded.
+    if (value.find("${") != std::string_view::npos) continue;
+    env.push_back(std::string(name) + "=" + std::string(value));
+  }
+  return env;
+}
+
+Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,
+                                            const ImportOptions& opts, Progress& progress) {
+  struct stat st;
+  SLIPWAY_SYS(::fstat(fd, &st), "stat " + image);
+  NodeCache cache(opts.cache_dir);
+  const std::string key = memo_key(st);
+  if (std::string d = read_memo(cache, key); !d.empty())
+    if (auto img = cached_and_touched(cache, d); img.ok()) return img;
+  SLIPWAY_TRY(archive_library().load());
+  SLIPWAY_TRY(crypto_library().load());
+  const std::string sqfs2tar = find_tool("sqfs2tar");
+  if (sqfs2tar.empty())
+    return Status::error("image '" + image + "' is a squashfs file (enroot's format); reading it "
+                         "needs sqfs2tar: install squashfs-tools-ng on the nodes",
+                         ENOENT);
+  const std::string lock_key = "squashfs-" + key;
+  auto lock = FileLock::acquire(cache.lock_path(lock_key), FileLock::Mode::kExclusive);
+  SLIPWAY_TRY(lock);
+  if (std::string d = read_memo(cache, key); !d.empty())  // imported meanwhile
+    if (auto img = cached_and_touched(cache, d); img.ok()) return img;
+  SLIPWAY_TRY(cache.remove_stale_tmp(lock_key));
+
+  progress.report("converting " + image + " (squashfs) to a layer");
+  const std::string tar = cache.tmp_dir() + "/" + lock_key + "." + std::to_string(::getpid()) +
+                          "." + random_suffix() + ".tar";
+  UniqueFd out(::open(tar.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!out.valid()) return Status::from_errno("create " + tar, errno);
+  struct Unlink {
+    std::string path;
+    ~Unlink() { ::unlink(path.c_str()); }
+  } remove_tar{tar};
+  // The file is read through /proc/self/fd: the path the user gave is opened once, by us.
+  const std::string input = "/proc/self/fd/" + std::to_string(fd);
+  std::string why = run_tool({sqfs2tar, "--no-xattr", input}, out.get(), fd,
+                             opts.max_unpacked_bytes + (64ull << 20));
+  if (why.starts_with(input + ": ")) why.erase(0, input.size() + 2);  // it names its input
+  while (!why.empty() && why.back() == '.') why.pop_back();
+  if (!why.empty())
+    return with_fix(Status::error("cannot read squashfs image '" + image + "': sqfs2tar: " + why,
+                                  why.find("limit") != std::string::npos ? EFBIG : EBADMSG),
+                    cache);
+
+  Sha256 hash;
+  uint64_t size = 0;
+  std::vector<char> buf(1 << 20);
+  for (off_t at = 0;;) {
+    ssize_t n = ::pread(out.get(), buf.data(), buf.size(), at);
+    if (n < 0) return Status::from_errno("read " + tar, errno);
+    if (n == 0) break;
+    hash.update(buf.data(), static_cast<size_t>(n));
+    at += n;
+    size += static_cast<uint64_t>(n);
+  }
+  const std::string layer_digest = hash.finish();
+  auto config = enroot_config(out.get(), image);
+  SLIPWAY_TRY(config);
+
+  BuildPlan plan;
+  plan.image = image;
+  plan.config_body = config_json(*config, layer_digest);
+  plan.config = std::move(*config);
+  json m = {{"schemaVersion", 2},
+            {"mediaType", media::kOciManifest},
+            {"config",
+             {{"mediaType", "application/vnd.oci.image.config.v1+json"},
+              {"digest", sha256_digest(plan.config_body)},
+              {"size", plan.config_body.size()}}},
+            {"layers",
+             {{{"mediaType", "application/vnd.oci.image.layer.v1.tar"},
+               {"digest", layer_digest},
+               {"size", size}}}}};
+  plan.manifest_body = m.dump();
+  plan.manifest_digest = sha256_digest(plan.manifest_body);
+  auto manifest = parse_manifest(plan.manifest_body);
+  SLIPWAY_TRY(manifest);
+  plan.manifest = std::move(*manifest);
+  // The image lock of the manifest digest, as every other importer of that digest takes it.
+  plan.lock_key = digest_hex(plan.manifest_digest);
+  auto image_lock = FileLock::acquire(cache.lock_path(plan.lock_key), FileLock::Mode::kExclusive);
+  SLIPWAY_TRY(image_lock);
+  auto img = cached_and_touched(cache, plan.manifest_digest);
+  if (!img.ok()) {
+    SLIPWAY_TRY(cache.remove_stale_tmp(plan.lock_key));
+    // The tar becomes the layer blob for the build, and goes with it: the unpacked rootfs is
+    // what runs, and a second copy of the image would only use disk.
+    const std::string blob = cache.blob_path(layer_digest);
+    SLIPWAY_SYS(::rename(tar.c_str(), blob.c_str()), "rename " + tar + " to " + blob);
+    struct Unlink remove_blob{blob};
+    LayerFetch present = [](size_t, size_t) { return Status(); };
+    img = build_and_publish(cache, plan, present, 1, opts, progress);
+    SLIPWAY_TRY(img);
+  }
+  SLIPWAY_TRY(write_memo(cache, key, plan.manifest_digest));
+  return img;
+}
+
+}  // namespace slipway::launcher
