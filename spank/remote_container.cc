@@ -16,6 +16,7 @@
 #include "import_child.h"
 #include "log.h"
 #include "options/container_plan.h"
+#include "options/entrypoint.h"
 #include "plugin_state.h"
 #include "runtime/run_in.h"
 #include "runtime/snapshot.h"
@@ -38,71 +39,29 @@ std::string node_name() {
   return host;
 }
 
-constexpr int kEntrypointTimeoutS = 120;
-
 launcher::SiteDefaults site_defaults(const PluginConfig& cfg) {
   return {.mount_home = cfg.mount_home, .remap_root = cfg.remap_root, .mounts = cfg.mounts};
 }
 
-// The environment the entrypoint starts with: the job's, with the image's Env over it as for the
-// tasks (launcher::image_may_set).
-std::vector<std::string> entrypoint_start_env(spank_t sp, const PluginState& st) {
-  std::vector<std::string> env;
-  char** job_env = nullptr;
-  if (spank_get_item(sp, S_JOB_ENV, &job_env) == ESPANK_SUCCESS && job_env)
-    for (char** e = job_env; *e; ++e) env.emplace_back(*e);
-  for (const auto& kv : st.image->config.env) {
-    const std::string name = kv.substr(0, kv.find('='));
-    if (!launcher::image_may_set(st.options, name)) continue;
-    std::erase_if(env, [&](const std::string& e) { return e.compare(0, name.size() + 1, name + "=") == 0; });
-    env.push_back(kv);
-  }
-  return env;
-}
-
-// What the entrypoint exported: the variables of its final environment (NUL-separated, as
-// /proc/self/environ) that it did not start with.
-std::vector<std::string> exported(const std::string& environ_block,
-                                  const std::vector<std::string>& before) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < environ_block.size()) {
-    size_t j = environ_block.find('\0', i);
-    if (j == std::string::npos) j = environ_block.size();
-    std::string kv = environ_block.substr(i, j - i);
-    i = j + 1;
-    std::string name = kv.substr(0, kv.find('='));
-    if (name.empty() || name == "PWD" || name == "SHLVL" || name == "_") continue;
-    if (std::find(before.begin(), before.end(), kv) == before.end()) out.push_back(kv);
-  }
-  return out;
-}
-
 // --container-entrypoint: the image's entrypoint runs once per node, in the container, before the
-// tasks; it ends by exec'ing a shell that hands its environment back through fd 3 (entrypoints
-// end with `exec "$@"`, as Docker's do).
+// tasks (options/entrypoint.h), with the job's environment under the image's Env.
 Status run_entrypoint(spank_t sp, PluginState& st) {
   const auto& entrypoint = st.image->config.entrypoint;
   if (!st.options.entrypoint.value_or(st.config.execute_entrypoint) || entrypoint.empty())
     return Status();
-  std::vector<std::string> argv = entrypoint;
-  for (const char* a : {"/bin/sh", "-c", "cat /proc/self/environ >&3"}) argv.emplace_back(a);
-  const auto env = entrypoint_start_env(sp, st);
+  std::vector<std::string> job_env;
+  char** env = nullptr;
+  if (spank_get_item(sp, S_JOB_ENV, &env) == ESPANK_SUCCESS && env)
+    for (char** e = env; *e; ++e) job_env.emplace_back(*e);
   auto r = [&] {
     EuidRoot root;  // the entrypoint's child becomes the user; slurmstepd stays root meanwhile
-    return launcher::run_in_container(st.holder, st.spec, argv, env, kEntrypointTimeoutS);
+    return launcher::run_entrypoint(
+        st.holder, st.spec, entrypoint,
+        launcher::entrypoint_start_env(std::move(job_env), st.image->config, st.options));
   }();
-  if (!r.ok()) return r.status().context("the image's entrypoint (" + entrypoint[0] + ")");
-  st.entrypoint_output = r->output;
-  if (r->exit_code != 0) {
-    std::string last = r->output.substr(0, r->output.find_last_not_of('\n') + 1);
-    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
-    return Status::error("the image's entrypoint (" + entrypoint[0] + ") failed with status " +
-                             std::to_string(r->exit_code) + (last.empty() ? "" : ": " + last) +
-                             "; fix the image or run with --no-container-entrypoint",
-                         EIO);
-  }
-  st.entrypoint_env = exported(r->fd3, env);
+  SLIPWAY_TRY(r);
+  st.entrypoint_output = std::move(r->output);
+  st.entrypoint_env = std::move(r->exported);
   return Status();
 }
 

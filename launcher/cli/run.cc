@@ -20,8 +20,10 @@
 #include "cli/cli_common.h"
 #include "common/file_util.h"
 #include "options/container_plan.h"
+#include "options/entrypoint.h"
 #include "runtime/container.h"
 #include "runtime/seccomp.h"
+#include "runtime/snapshot.h"
 
 namespace slipway::launcher::cli {
 namespace {
@@ -48,6 +50,12 @@ Result<JobOptions> parse_options(const std::vector<std::string>& args, size_t en
     for (const auto& o : option_table())
       if (name == o.name) spec = &o;
     if (!spec) return Status::error("run: unknown option '" + a + "'; see 'slipway help'", EINVAL);
+    // GPU binding and host library injection need what only the plugin has (the step's GPUs on
+    // the node, the site's library sets): refused rather than silently ignored.
+    if (spec->id >= OptionId::kDlGpus)
+      return Status::error("run: --" + name + " is applied by the Slurm plugin (srun --" + name +
+                               ", spank_slipway(8)), not by 'slipway run'; drop it here",
+                           EINVAL);
     std::optional<std::string> value;
     if (a.find('=') != std::string::npos) value = a.substr(a.find('=') + 1);
     else if (spec->arginfo && i + 1 < end) value = args[++i];
@@ -72,6 +80,17 @@ std::string step_run_dir(const std::string& cache) {
   return cache + "/run/" + host_name() + "-" + job + "." + step;
 }
 
+// The step directory's `lock`, exclusively, on a directory that is still there: the holder of a
+// step whose last task just left removes the directory while holding that lock, and a task that
+// was waiting for it then starts afresh.
+Result<FileLock> lock_step_dir(const std::string& run_dir) {
+  for (int attempt = 0;; ++attempt) {
+    SLIPWAY_TRY(make_private_dirs(run_dir));
+    auto lock = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
+    if (!lock.ok() || lock->is_linked() || attempt == 10) return lock;
+  }
+}
+
 // The tasks of a node resolve a tag once per step: the first to take the step's lock imports the
 // image and records "TEXT\nDIGEST\n" in `image`; the others import that digest, which costs no
 // registry request once it is cached. The registry sees one manifest request per node and step
@@ -82,8 +101,7 @@ Result<ImportedImage> import_for_step(const std::string& text, const std::string
   SLIPWAY_TRY(ref);
   const ImportOptions opts = import_options();
   if (ref->kind != ImageRef::Kind::kRegistry || !ref->digest.empty()) return import_image(*ref, opts);
-  SLIPWAY_TRY(make_private_dirs(run_dir));
-  auto lock = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
+  auto lock = lock_step_dir(run_dir);
   SLIPWAY_TRY(lock);
   const std::string pin = run_dir + "/image";
   if (auto pinned = read_file_limited(pin, 4096); pinned.ok()) {
@@ -108,6 +126,8 @@ struct Prepared {
   LaunchSpec spec;
   std::optional<NamedContainer> named;
   std::optional<SeccompProgram> seccomp;  // --container-remap-root: compiled before entering
+  bool entrypoint = false;                // --container-entrypoint, and the image has one
+  bool save = false;                      // --container-save, and this node saves
 };
 
 Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
@@ -155,7 +175,67 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
     SLIPWAY_TRY(filter);
     p.seccomp = std::move(*filter);
   }
+  p.entrypoint = p.opts.entrypoint.value_or(env_flag("SLIPWAY_EXECUTE_ENTRYPOINT", false)) &&
+                 !p.image.config.entrypoint.empty();
+  // As with the plugin, the step's first node saves (under srun, its last task to finish).
+  p.save = !p.opts.save_path.empty() && (p.run_dir.empty() || env_or("SLURM_NODEID", "0") == "0");
   return p;
+}
+
+extern "C" char** environ;
+
+// --container-entrypoint in HOLDER's container: what it exported, or why it failed.
+Result<EntrypointRun> entrypoint_in(const ContainerHolder& holder, const Prepared& p) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  return run_entrypoint(holder, p.spec, p.image.config.entrypoint,
+                        entrypoint_start_env(std::move(env), p.image.config, p.opts));
+}
+
+// Under srun the node's first task runs the entrypoint and records the outcome in the step's
+// directory for the others: "ok\n" and the exported variables, or "failed\n" and the message.
+Status record_entrypoint(const std::string& run_dir, const Result<EntrypointRun>& r) {
+  std::string text = r.ok() ? "ok\n" : "failed\n" + r.status().message();
+  if (r.ok())
+    for (const auto& kv : r->exported) text += kv + '\0';
+  return write_file_atomic(run_dir + "/entrypoint", text);
+}
+
+Result<std::vector<std::string>> recorded_entrypoint(const std::string& run_dir) {
+  auto text = read_file_limited(run_dir + "/entrypoint", 1 << 20);
+  if (!text.ok()) return text.status().context("the image's entrypoint did not record its outcome");
+  if (text->rfind("failed\n", 0) == 0) return Status::error(text->substr(7), EIO);
+  std::vector<std::string> vars;
+  for (size_t i = 3; i < text->size();) {
+    size_t j = text->find('\0', i);
+    if (j == std::string::npos) break;
+    vars.push_back(text->substr(i, j - i));
+    i = j + 1;
+  }
+  return vars;
+}
+
+void apply_exported(const Prepared& p, const std::vector<std::string>& vars) {
+  for (const auto& kv : vars) {
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos && eq > 0 && image_may_set(p.opts, kv.substr(0, eq)))
+      setenv(kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
+  }
+}
+
+// --container-save: the container's changes (the overlay's upper directory: on the holder's tmpfs,
+// or on disk for a named container) on top of the image, as an OCI archive.
+Status save_container(const ContainerHolder& holder, const Prepared& p) {
+  SnapshotRequest req;
+  req.cache_dir = import_options().cache_dir;
+  req.manifest_digest = p.image.manifest_digest;
+  req.upper_dir = p.spec.persistent_dir.empty()
+                      ? "/proc/" + std::to_string(holder.pid()) + "/root" + p.spec.scratch_dir + "/upper"
+                      : p.spec.persistent_dir + "/upper";
+  req.output_path = p.opts.save_path;
+  Status st = save_snapshot(req);
+  if (!st.ok()) return Status::error("--container-save=" + req.output_path + ": " + st.message(), st.error_number());
+  return st;
 }
 
 // Run directories of this node's earlier steps whose holder was killed before it could remove
@@ -180,12 +260,14 @@ void sweep_stale_run_dirs(const std::string& own) {
   }
 }
 
-// Under srun: find the node's holder for this step, or start it. `users` is locked shared by the
-// caller for as long as its command runs.
-Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_dir,
-                                    UniqueFd& users) {
-  SLIPWAY_TRY(make_private_dirs(run_dir));
-  auto lock = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
+// Under srun: find the node's holder for this step, or start it (and run the entrypoint in it:
+// once per node, under the step's lock, so that the others wait for its outcome). `users` is
+// locked shared by the caller for as long as its command runs; EXPORTED gets what the entrypoint
+// exported, and ENTRYPOINT_OUTPUT its output when this task ran it.
+Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_dir, UniqueFd& users,
+                                    std::vector<std::string>& exported,
+                                    std::string& entrypoint_output) {
+  auto lock = lock_step_dir(run_dir);
   SLIPWAY_TRY(lock);
   users.reset(open((run_dir + "/users").c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600));
   if (!users.valid() || flock(users.get(), LOCK_SH) != 0)
@@ -194,13 +276,37 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
   pid_t pid = 0;
   if (in >> pid && pid > 0 && kill(pid, 0) == 0) {
     auto attached = attach_holder(pid, p.spec);
-    if (attached.ok()) return attached;
+    if (attached.ok()) {
+      if (p.entrypoint) {
+        auto vars = recorded_entrypoint(run_dir);
+        SLIPWAY_TRY(vars);
+        exported = std::move(*vars);
+      }
+      return attached;
+    }
   }
   sweep_stale_run_dirs(run_dir);  // once per node and step: only the first task gets here
   auto holder = start_holder(p.spec, {.detached = true, .users_lock = run_dir + "/users"});
   SLIPWAY_TRY(holder);
   std::ofstream(run_dir + "/holder", std::ios::trunc) << holder->pid() << "\n";
+  if (p.entrypoint) {
+    auto r = entrypoint_in(*holder, p);
+    SLIPWAY_TRY(record_entrypoint(run_dir, r));
+    SLIPWAY_TRY(r);
+    exported = std::move(r->exported);
+    entrypoint_output = std::move(r->output);
+  }
   return holder;
+}
+
+// Whether this task is the node's last in the step: it then holds `lock` and `users` exclusively,
+// so no task joins and the holder (which takes `lock` before it looks at `users`) keeps the
+// container until this task exits.
+bool last_of_step(const std::string& run_dir, UniqueFd& users, std::optional<FileLock>& lock) {
+  auto l = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
+  if (!l.ok() || !l->is_linked()) return false;
+  lock = std::move(*l);
+  return users.valid() && flock(users.get(), LOCK_EX | LOCK_NB) == 0;
 }
 
 TaskView task_view(const Prepared& p) {
@@ -232,10 +338,13 @@ void apply_image_env(const Prepared& p) {
   _exit(fail("cannot run '" + command[0] + "' in the container: " + strerror(errno)) + 126);
 }
 
-// The child of a task under srun: join the node's container. Never returns.
+// The child of a task: join the holder's container, with the image's Env and then what the
+// entrypoint exported. Never returns.
 [[noreturn]] void exec_in(const ContainerHolder& holder, const Prepared& p,
+                          const std::vector<std::string>& exported,
                           std::vector<std::string> command) {
   apply_image_env(p);
+  apply_exported(p, exported);
   exec_command(join_container(holder, p.spec, task_view(p)), p, std::move(command));
 }
 
@@ -276,19 +385,37 @@ int cmd_run(std::vector<std::string>& args) {
   if (!p.ok()) return fail(p.status().message()) + (p.status().error_number() == EINVAL ? 1 : 0);
   std::vector<std::string> command(args.begin() + static_cast<long>(dash) + 1, args.end());
   const std::string& run_dir = p->run_dir;
-  // Alone, this process becomes the container: no holder, no fork, nothing left behind.
-  if (run_dir.empty() && is_single_threaded()) {
+  // Alone, this process becomes the container: no holder, no fork, nothing left behind. The
+  // entrypoint and --container-save need the container before and after the command: a holder.
+  if (run_dir.empty() && !p->entrypoint && !p->save && is_single_threaded()) {
     apply_image_env(*p);
     exec_command(enter_container(p->spec, task_view(*p)), *p, std::move(command));
   }
   UniqueFd users;
+  std::vector<std::string> exported;
+  std::string entrypoint_output;
   Result<ContainerHolder> holder =
-      run_dir.empty() ? start_holder(p->spec) : step_holder(*p, run_dir, users);
+      run_dir.empty() ? start_holder(p->spec)
+                      : step_holder(*p, run_dir, users, exported, entrypoint_output);
   if (!holder.ok()) return fail("cannot start the container: " + holder.status().message());
+  if (run_dir.empty() && p->entrypoint) {
+    auto r = entrypoint_in(*holder, *p);
+    if (!r.ok()) return fail(r.status().message());
+    exported = std::move(r->exported);
+    entrypoint_output = std::move(r->output);
+  }
+  if (p->opts.entrypoint_log && !entrypoint_output.empty())
+    (void)!write(STDERR_FILENO, entrypoint_output.data(), entrypoint_output.size());
   pid_t child = fork();
   if (child < 0) return fail(std::string("fork: ") + strerror(errno));
-  if (child == 0) exec_in(*holder, *p, std::move(command));
-  return wait_child(child);
+  if (child == 0) exec_in(*holder, *p, exported, std::move(command));
+  int status = wait_child(child);
+  std::optional<FileLock> lock;
+  if (p->save && (run_dir.empty() || last_of_step(run_dir, users, lock))) {
+    Status saved = save_container(*holder, *p);
+    if (!saved.ok()) return fail(saved.message()), status != 0 ? status : 1;
+  }
+  return status;
 }
 
 }  // namespace slipway::launcher::cli

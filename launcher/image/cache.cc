@@ -102,6 +102,11 @@ Result<FileLock> FileLock::acquire(const std::string& path, Mode mode, bool wait
   }
 }
 
+bool FileLock::is_linked() const {
+  struct stat st;
+  return fd_.valid() && ::fstat(fd_.get(), &st) == 0 && st.st_nlink > 0;
+}
+
 std::string random_suffix() {
   unsigned char b[8] = {};
   size_t got = 0;

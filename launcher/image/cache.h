@@ -57,6 +57,9 @@ class FileLock {
   enum class Mode { kShared, kExclusive };
   static Result<FileLock> acquire(const std::string& path, Mode mode, bool wait = true);
   bool held() const { return fd_.valid(); }
+  // Whether the lock file still has a name: one who removes it does so while holding the lock, so
+  // a waiter that got it afterwards holds a lock nobody else will ever take again.
+  bool is_linked() const;
 
  private:
   UniqueFd fd_;

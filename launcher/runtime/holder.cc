@@ -20,7 +20,8 @@
 namespace slipway::launcher {
 
 void remove_run_dir(const std::string& dir) {
-  for (const char* f : {"/holder", "/lock", "/users", "/image"}) unlink((dir + f).c_str());
+  for (const char* f : {"/holder", "/lock", "/users", "/image", "/entrypoint"})
+    unlink((dir + f).c_str());
   rmdir(dir.c_str());
 }
 
@@ -41,13 +42,21 @@ Status isolate_descriptors(int report_fd) {
 
 // A detached holder lives while any task holds a shared flock on the users lock; the last one out
 // leaves it to remove the step's run directory (the lock's directory: holder, lock, users files,
-// and the image the step's tasks pinned).
+// and the image the step's tasks pinned). It looks only while it holds the directory's `lock`, and
+// removes it still holding it: a task that holds `lock` is joining, or is the last and saving
+// the container (--container-save), and one that waited for it sees the lock file unlinked.
 [[noreturn]] void wait_for_users(const std::string& users_lock) {
+  const std::string dir = users_lock.substr(0, users_lock.rfind('/'));
   UniqueFd fd(open(users_lock.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd lock(open((dir + "/lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   for (;;) {
     usleep(200 * 1000);
-    if (fd.valid() && flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
-    remove_run_dir(users_lock.substr(0, users_lock.rfind('/')));
+    if (lock.valid() && flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    if (fd.valid() && flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (lock.valid()) flock(lock.get(), LOCK_UN);
+      continue;
+    }
+    remove_run_dir(dir);
     _exit(0);
   }
 }

@@ -1,10 +1,13 @@
 # `slipway run` (issue 4): the plugin's container with no admin install, standalone and as the
-# tasks of an srun, where the tasks of a node share one container and nothing outlives the step.
+# tasks of an srun, where the tasks of a node share one container and nothing outlives the step;
+# --container-entrypoint runs once per node and --container-save saves on the first node, as
+# with the plugin.
 
 setup_file() {
     require_sandbox
-    require_images busybox
+    require_images busybox entrypoint
     BUSYBOX=$(image_ref busybox)
+    ENTRYPOINT=$(image_ref entrypoint)
     local bin=${SLIPWAY_BUILD_DIR:-$REPO_DIR/build}/launcher/slipway
     [[ -x $bin ]] || fail "slipway is not built ($bin)"
     # The nodes cannot see a build under /tmp (each has its own): run a copy from the user's home.
@@ -105,4 +108,54 @@ test_remap_root_and_bad_options() {
     run_job ./slipway run --container-bogus -- true
     assert_failure 2
     assert_output_contains "unknown option '--container-bogus'"
+    run_job ./slipway run --container-image="$BUSYBOX" --dl-gpus=1 -- true
+    assert_failure 2
+    assert_output "slipway: run: --dl-gpus is applied by the Slurm plugin (srun --dl-gpus, spank_slipway(8)), not by 'slipway run'; drop it here"
+}
+
+test_entrypoint_standalone_and_once_per_node_under_srun() {
+    run_job ./slipway run --container-image="$ENTRYPOINT" --container-entrypoint -- \
+        sh -c 'echo "[$FROM_ENTRYPOINT]"'
+    assert_success
+    assert_output "[set by the entrypoint]"
+    run_job ./slipway run --container-image="$ENTRYPOINT" -- sh -c 'echo "[$FROM_ENTRYPOINT]"'
+    assert_success
+    assert_output "[]"
+    run_job srun -N2 --ntasks-per-node=3 -K ./slipway run --container-image="$ENTRYPOINT" \
+        --container-entrypoint --container-entrypoint-log -- sh -c 'echo "task $SLURM_PROCID: $FROM_ENTRYPOINT"'
+    assert_success
+    assert_equal 6 "$(grep -c '^task [0-5]: set by the entrypoint$' <<<"$output")" "tasks with the variable"
+    assert_equal 2 "$(grep -c '^entrypoint ran on node[12] as ' <<<"$output")" "entrypoint runs (one per node)"
+}
+
+test_failing_entrypoint_fails_every_task() {
+    run_job env ENTRYPOINT_FAIL=1 srun -N2 --ntasks-per-node=2 -K ./slipway run \
+        --container-image="$ENTRYPOINT" --container-entrypoint -- echo should-not-run
+    assert_failure
+    assert_output_not_contains "should-not-run"
+    assert_equal 4 "$(grep -c "slipway: cannot start the container: the image's entrypoint (/entrypoint.sh) failed with status 3: entrypoint: failing as asked; fix the image or run with --no-container-entrypoint" <<<"$output")" \
+        "tasks that report the failure"
+}
+
+test_save_standalone_and_under_srun() {
+    local out
+    out=$(job_user_home)/slipway-run-saved-$$.tar
+    rm -f "$out"
+    run_job ./slipway run --container-image="$BUSYBOX" --container-writable --container-save="$out" -- \
+        sh -c 'echo standalone >/etc/slipway-image'
+    assert_success
+    run_job ./slipway run --container-image="$out" -- cat /etc/slipway-image
+    assert_success
+    assert_output "standalone"
+    rm -f "$out"
+    # Every task of the first node writes; its last task saves, with the holder still there.
+    run_job srun -N2 --ntasks-per-node=2 -K ./slipway run --container-image="$BUSYBOX" \
+        --container-writable --container-save="$out" -- sh -c 'echo "$SLURM_NODEID" >/etc/slipway-image; touch /task-$SLURM_PROCID'
+    assert_success
+    run_job ./slipway run --container-image="$out" -- sh -c 'cat /etc/slipway-image; ls / | grep -c "^task-"'
+    assert_success
+    assert_equal "0 2" "$(tr '\n' ' ' <<<"$output" | sed 's/ $//')" "saved node and its tasks' files"
+    rm -f "$out"
+    sleep 0.6
+    [[ -z $(sandbox_pids slipway-holder) ]] || fail "holders left after the save"
 }
