@@ -45,7 +45,8 @@ launcher::TaskView task_view(spank_t sp, const PluginState& st) {
                           .recursive = false});
   if (auto pmix = job_getenv(sp, "PMIX_SERVER_TMPDIR"); pmix && is_dir(*pmix))
     view.binds.push_back({.source = *pmix, .destination = *pmix});
-  launcher::add_working_directory(st.options, st.spec, current_dir(), view);
+  launcher::add_working_directory(st.options, st.spec, current_dir(), st.image->config.working_dir,
+                                  view);
   return view;
 }
 

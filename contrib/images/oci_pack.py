@@ -163,6 +163,8 @@ def image_config(args, diff_ids):
         config["Cmd"] = json.loads(args.cmd)
     if args.entrypoint:
         config["Entrypoint"] = json.loads(args.entrypoint)
+    if args.workdir:
+        config["WorkingDir"] = args.workdir
     return {
         "created": created,
         "architecture": "amd64",
@@ -190,6 +192,7 @@ def main():
     p.add_argument("--env", action="append", default=[], help="K=V for the config's Env")
     p.add_argument("--cmd", help='config Cmd as JSON, e.g. \'["/bin/sh"]\'')
     p.add_argument("--entrypoint", help='config Entrypoint as JSON, e.g. \'["/entrypoint.sh"]\'')
+    p.add_argument("--workdir", help="config WorkingDir, e.g. /srv/app")
     p.add_argument("--mtime", type=int, help="set every entry's mtime (reproducible layers)")
     p.add_argument("--root-owned", action="store_true", help="write every entry as uid/gid 0")
     p.add_argument("--keep-devices", action="store_true", help="keep device nodes and FIFOs")

@@ -313,7 +313,7 @@ TaskView task_view(const Prepared& p) {
   TaskView view;
   if (const char* pmix = getenv("PMIX_SERVER_TMPDIR"))
     view.binds.push_back({.source = pmix, .destination = pmix, .optional = true});
-  add_working_directory(p.opts, p.spec, current_dir(), view);
+  add_working_directory(p.opts, p.spec, current_dir(), p.image.config.working_dir, view);
   return view;
 }
 
@@ -379,11 +379,14 @@ int wait_child(pid_t child) {
 int cmd_run(std::vector<std::string>& args) {
   size_t dash = 0;
   while (dash < args.size() && args[dash] != "--") ++dash;
-  if (dash + 1 >= args.size()) return fail("run: give the command after '--'"), 2;
   auto p = prepare(args, dash);
   // A bad option is a usage error (2); anything else failed while trying (1).
   if (!p.ok()) return fail(p.status().message()) + (p.status().error_number() == EINVAL ? 1 : 0);
-  std::vector<std::string> command(args.begin() + static_cast<long>(dash) + 1, args.end());
+  std::vector<std::string> command;
+  if (dash < args.size()) command.assign(args.begin() + static_cast<long>(dash) + 1, args.end());
+  // No command: the image's Cmd, as `docker run IMAGE` (its Entrypoint runs as the options say).
+  if (command.empty()) command = p->image.config.cmd;
+  if (command.empty()) return fail("run: give the command after '--' (the image has no Cmd)"), 2;
   const std::string& run_dir = p->run_dir;
   // Alone, this process becomes the container: no holder, no fork, nothing left behind. The
   // entrypoint and --container-save need the container before and after the command: a holder.

@@ -76,9 +76,13 @@ bool is_under(const std::string& path, const std::string& dir) {
 }  // namespace
 
 void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const std::string& cwd,
-                           TaskView& view) {
+                           const std::string& image_workdir, TaskView& view) {
   if (!opts.workdir.empty()) {
     view.workdir = opts.workdir;
+    return;
+  }
+  if (!image_workdir.empty() && image_workdir[0] == '/' && image_workdir != "/") {
+    view.workdir = image_workdir;
     return;
   }
   bool covered = cwd == "/" || is_under(cwd, "/tmp");

@@ -54,10 +54,11 @@ Status record_named_container_image(const std::string& dir, const std::string& d
 // per-task ones (SLURM_*, PMIX_*, PMI_*, OMPI_*, SLIPWAY_*), which the image never sets.
 bool image_may_set(const JobOptions& opts, const std::string& name);
 
-// A task's working directory: --container-workdir, else `cwd`, which is then bound into the
-// container unless "/", /tmp or one of the container's binds already covers it.
+// A task's working directory: --container-workdir; else the image's WorkingDir (IMAGE_WORKDIR,
+// when absolute and not "/"), as pyxis does; else `cwd`, which is then bound into the container
+// unless "/", /tmp or one of the container's binds already covers it.
 void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const std::string& cwd,
-                           TaskView& view);
+                           const std::string& image_workdir, TaskView& view);
 
 // mkdir -p with mode 0700 for what it creates.
 Status make_private_dirs(const std::string& path);

@@ -1,12 +1,14 @@
 # --container-workdir=PATH on the sandbox: every task of every node starts in PATH inside the
-# container; by default in the submission directory, bound in when home and /tmp do not cover it;
-# a PATH missing from the image fails naming the option. srun, #SBATCH, salloc.
+# container; by default in the image's WorkingDir (as pyxis), or for an image without one in the
+# submission directory, bound in when home and /tmp do not cover it; a PATH missing from the image
+# fails naming the option. srun, #SBATCH, salloc.
 
 setup_file() {
     require_sandbox
     require_plugin
-    require_images busybox
+    require_images busybox entrypoint
     BUSYBOX=$(image_ref busybox)
+    WITH_WORKDIR=$(image_ref entrypoint)   # WorkingDir /srv/app
     # A submission directory outside home and /tmp, the same on every node (the nodes share / but
     # not /tmp or /var/tmp).
     OUTSIDE=/srv/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-workdir
@@ -75,4 +77,17 @@ test_salloc_workdir() {
     run_job salloc -N2 --time=2 --container-image="$BUSYBOX" --container-workdir=/etc srun -K -n2 pwd
     assert_success
     assert_equal 2 "$(grep -cx /etc <<<"$output")" "steps in /etc"
+}
+
+test_image_workingdir_is_the_default_and_the_option_wins() {
+    run_job srun -N2 -K --container-image="$WITH_WORKDIR" sh -c 'pwd; cat marker'
+    assert_success
+    assert_equal 2 "$(grep -cx /srv/app <<<"$output")" "tasks in the image's WorkingDir"
+    assert_equal 2 "$(grep -cx app <<<"$output")" "tasks reading ./marker"
+    run_job srun -N2 -K --container-image="$WITH_WORKDIR" --container-workdir="$(job_user_home)" pwd
+    assert_success
+    assert_equal 2 "$(grep -cx "$(job_user_home)" <<<"$output")" "tasks in --container-workdir"
+    run_job salloc -N1 --time=2 --container-image="$WITH_WORKDIR" srun -K pwd
+    assert_success
+    assert_output_contains /srv/app
 }

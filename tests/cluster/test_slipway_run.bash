@@ -159,3 +159,13 @@ test_save_standalone_and_under_srun() {
     sleep 0.6
     [[ -z $(sandbox_pids slipway-holder) ]] || fail "holders left after the save"
 }
+
+test_image_workingdir_and_cmd() {
+    run_job ./slipway run --container-image="$ENTRYPOINT" -- pwd
+    assert_success
+    assert_output /srv/app
+    # No command: the image's Cmd (/bin/sh, here reading its script from stdin).
+    run_job sh -c 'echo "echo from-cmd in \$(pwd)" | ./slipway run --container-image='"$ENTRYPOINT"
+    assert_success
+    assert_output "from-cmd in /srv/app"
+}
