@@ -259,10 +259,14 @@ Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,
                              opts.max_unpacked_bytes + (64ull << 20));
   if (why.starts_with(input + ": ")) why.erase(0, input.size() + 2);  // it names its input
   while (!why.empty() && why.back() == '.') why.pop_back();
-  if (!why.empty())
-    return with_fix(Status::error("cannot read squashfs image '" + image + "': sqfs2tar: " + why,
-                                  why.find("limit") != std::string::npos ? EFBIG : EBADMSG),
+  if (!why.empty()) {
+    const int err = why.find("unpack limit") != std::string::npos         ? EFBIG
+                    : why.find("No space left") != std::string::npos      ? ENOSPC
+                    : why.find("Disk quota exceeded") != std::string::npos ? EDQUOT
+                                                                           : EBADMSG;
+    return with_fix(Status::error("cannot read squashfs image '" + image + "': sqfs2tar: " + why, err),
                     cache);
+  }
 
   Sha256 hash;
   uint64_t size = 0;
