@@ -40,7 +40,7 @@ launcher::Status check_options(PluginState& st) {
       st.config.honor_pyxis_env, cwd));
   SLIPWAY_TRY(validate_options(st.options));
   for (const auto& m : st.options.mounts)
-    if (access(m.source.c_str(), F_OK) != 0)
+    if (m.is_bind() && access(m.source.c_str(), F_OK) != 0)
       return launcher::Status::error("--container-mounts: source '" + m.source +
                                          "' does not exist; create it or fix the path",
                                      ENOENT);

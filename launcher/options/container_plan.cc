@@ -31,13 +31,14 @@ Status add_mounts(const JobOptions& opts, const SiteDefaults& site, const std::s
   all.insert(all.end(), opts.mounts.begin(), opts.mounts.end());
   for (const auto& m : all) {
     struct stat s;
-    if (stat(m.source.c_str(), &s) != 0)
+    if (m.is_bind() && stat(m.source.c_str(), &s) != 0)
       return Status::error("--container-mounts: source '" + m.source + "' does not exist on " +
                                node + "; create it or fix the path",
                            ENOENT);
     spec.binds.push_back({.source = m.source, .destination = m.destination,
                           .read_only = m.read_only, .recursive = m.recursive,
-                          .no_exec = m.no_exec});
+                          .no_exec = m.no_exec, .tmpfs = m.kind == MountSpec::Kind::kTmpfs,
+                          .detach = m.kind == MountSpec::Kind::kUmount});
   }
   return Status();
 }

@@ -145,7 +145,8 @@ constexpr std::array kOptions = {
                "CONTAINER_IMAGE", set_image},
     OptionSpec{OptionId::kContainerMounts, "container-mounts", "SRC[:DST[:FLAGS]][,...]",
                "[slipway] bind host paths into the container; FLAGS joined by '+': ro, rw, "
-               "rbind, norbind, noexec (nosuid, nodev, private, rprivate: always so)",
+               "rbind, norbind, noexec (nosuid, nodev, private, rprivate: always so); SRC tmpfs "
+               "mounts a fresh tmpfs, umount removes the mount at DST",
                "CONTAINER_MOUNTS", set_mounts},
     OptionSpec{OptionId::kContainerWorkdir, "container-workdir", "PATH",
                "[slipway] working directory inside the container", "CONTAINER_WORKDIR",
@@ -256,12 +257,19 @@ Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_v
     MountSpec m;
     if (entry.empty() || f.size() > 3 || f[0].empty())
       return bad("container-mounts", entry, "is malformed; use SRC[:DST[:FLAGS]][,...]");
-    m.source = f[0][0] == '/' ? std::string(f[0]) : join(cwd, f[0]);
+    if (f[0] == "tmpfs" || f[0] == "umount") {
+      m.kind = f[0] == "tmpfs" ? MountSpec::Kind::kTmpfs : MountSpec::Kind::kUmount;
+      if (f.size() < 2)
+        return bad("container-mounts", entry, "needs a destination: " + std::string(f[0]) + ":/DST");
+    }
+    m.source = !m.is_bind() || f[0][0] == '/' ? std::string(f[0]) : join(cwd, f[0]);
     m.destination = f.size() > 1 ? std::string(f[1]) : m.source;
     if (m.destination.empty() || m.destination[0] != '/' || has_dotdot(m.destination))
       return bad("container-mounts", entry,
                  "needs an absolute destination inside the container, e.g. /data:/data");
-    if (has_dotdot(m.source))
+    if (m.kind == MountSpec::Kind::kUmount && f.size() > 2)
+      return bad("container-mounts", entry, "takes no flags: umount:/DST");
+    if (m.is_bind() && has_dotdot(m.source))
       return bad("container-mounts", entry, "has '..' in its source; give a plain path");
     // pyxis passes FLAGS to enroot as mount options; these are the ones that mean something for
     // a bind. Binds are always nosuid and nodev, and private: the container's mount namespace

@@ -67,6 +67,10 @@ struct MountSpec {
   bool read_only = false;
   bool recursive = true;
   bool no_exec = false;
+  // pyxis's special sources: "tmpfs" mounts a fresh tmpfs at DST, "umount" removes the mount at
+  // DST (one the image or a default put there, e.g. /tmp). SOURCE is then that word.
+  enum class Kind { kBind, kTmpfs, kUmount } kind = Kind::kBind;
+  bool is_bind() const { return kind == Kind::kBind; }
 };
 
 // --container-name=NAME[:MODE]. auto: reuse the named container if it exists, else create it;

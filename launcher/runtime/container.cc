@@ -196,8 +196,43 @@ Status mount_system(int root_fd) {
   return Status();
 }
 
+// --container-mounts=tmpfs:DST: a fresh tmpfs, open to all as /tmp is (the default of tmpfs).
+Status mount_tmpfs_at(int root_fd, const Bind& b) {
+  auto point = make_mount_point(root_fd, b.destination, NodeKind::kDirectory);
+  SLIPWAY_TRY(point);
+  unsigned long flags = MS_NOSUID | MS_NODEV | (b.read_only ? MS_RDONLY : 0) |
+                        (b.no_exec ? MS_NOEXEC : 0);
+  SLIPWAY_SYS(mount("tmpfs", fd_path(point->get()).c_str(), "tmpfs", flags, "mode=1777"),
+              "mount a tmpfs on " + b.destination);
+  return Status();
+}
+
+// --container-mounts=umount:DST: the mount at DST goes (an image directory shows again).
+Status detach_at(int root_fd, const std::string& dest) {
+  struct open_how how = {};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  std::string rel = dest.substr(dest.find_first_not_of('/') == std::string::npos ? dest.size()
+                                                                                 : dest.find_first_not_of('/'));
+  UniqueFd fd(static_cast<int>(syscall(SYS_openat2, root_fd, rel.empty() ? "." : rel.c_str(), &how,
+                                       sizeof how)));
+  if (!fd.valid() || umount2(fd_path(fd.get()).c_str(), MNT_DETACH) != 0)
+    return Status::error("--container-mounts=umount:" + dest + ": nothing is mounted at " + dest +
+                             " in the container (" + strerror(errno) + "); drop it",
+                         errno);
+  return Status();
+}
+
 Status mount_binds(int root_fd, const LaunchSpec& spec) {
   for (const auto& b : spec.binds) {
+    if (b.tmpfs) {
+      SLIPWAY_TRY(mount_tmpfs_at(root_fd, b));
+      continue;
+    }
+    if (b.detach) {
+      SLIPWAY_TRY(detach_at(root_fd, b.destination));
+      continue;
+    }
     if (b.optional && access(b.source.c_str(), F_OK) != 0) continue;
     Status st = bind_at(root_fd, b.source, b.destination,
                         {.recursive = b.recursive, .read_only = b.read_only,

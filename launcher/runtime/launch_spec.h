@@ -19,6 +19,8 @@ struct Bind {
   bool optional = false;    // skip quietly when the source does not exist
   bool allow_devices = false;  // device nodes under it stay usable (only for GPU devices)
   bool no_exec = false;        // MOUNT_ATTR_NOEXEC (--container-mounts flag noexec)
+  bool tmpfs = false;          // a fresh tmpfs at destination (source "tmpfs")
+  bool detach = false;         // remove the mount at destination (source "umount")
 };
 
 struct LaunchSpec {

@@ -72,6 +72,23 @@ test_pyxis_flags_and_noexec() {
     rm -f "$DATA/a/tool.sh"
 }
 
+# pyxis's special sources: tmpfs:DST mounts a fresh tmpfs, umount:DST removes a mount (here the
+# node's /tmp, which the container otherwise shares: the image's own /tmp shows again).
+test_tmpfs_and_umount_sources() {
+    run_job srun -N2 -K --container-image="$BUSYBOX" --container-workdir=/ \
+        --container-mounts=tmpfs:/scratch,umount:/tmp sh -c '
+            echo data >/scratch/f && cat /scratch/f
+            grep -c " /scratch .* - tmpfs " /proc/self/mountinfo
+            grep -c " /tmp " /proc/self/mountinfo || true'
+    assert_success
+    assert_equal 2 "$(grep -cx data <<<"$output")" "tasks writing the tmpfs"
+    assert_equal "1 1 0 0" "$(grep -x '[0-9]' <<<"$output" | sort -r | tr '\n' ' ' | sed 's/ $//')" \
+        "tmpfs at /scratch, nothing at /tmp (two tasks)"
+    run_job srun -N1 -K --container-image="$BUSYBOX" --container-mounts=umount:/no/such true
+    assert_failure
+    assert_output_contains "--container-mounts=umount:/no/such: nothing is mounted at /no/such in the container"
+}
+
 test_several_mounts_and_default_destination() {
     # Without the home directory bound, $DATA/b is visible only through its own bind.
     run_job srun -N2 -K --container-image="$BUSYBOX" --no-container-mount-home --container-workdir=/ \

@@ -114,6 +114,15 @@ START_TEST(mounts_take_pyxis_mount_flags) {
     ck_assert_msg(r.status().message().find("container mounts are always private") !=
                       std::string::npos, "%s", r.status().message().c_str());
   }
+  // pyxis's special sources: tmpfs and umount (not paths under the working directory).
+  auto special = parse_mounts("tmpfs:/scratch:noexec,umount:/tmp", "/home/u");
+  ck_assert_msg(special.ok(), "%s", special.ok() ? "" : special.status().message().c_str());
+  ck_assert((*special)[0].kind == MountSpec::Kind::kTmpfs && (*special)[0].no_exec);
+  ck_assert_str_eq((*special)[0].destination.c_str(), "/scratch");
+  ck_assert((*special)[1].kind == MountSpec::Kind::kUmount);
+  ck_assert_str_eq((*special)[1].source.c_str(), "umount");
+  for (const char* bad : {"tmpfs", "umount", "umount:/tmp:ro", "tmpfs:relative"})
+    ck_assert_msg(!parse_mounts(bad, "/").ok(), "accepted '%s'", bad);
   auto r = parse_mounts("/a:/a:exec", "/");
   ck_assert(!r.ok());
   ck_assert_msg(r.status().message().find("unknown flag; use ro, rw, rbind, norbind, noexec") !=
