@@ -6,7 +6,8 @@
 //      writes the filesystem as a tar into tmp/; its sha256 is the layer's digest;
 //   2. the config comes from enroot's runtime files in the image (enroot's doc/image-format.md):
 //      Env from /etc/environment (NAME=VALUE lines), Entrypoint ["/etc/rc"] when it exists;
-//   3. build_and_publish() unpacks it under images/<manifest hex>/; the tar is then deleted.
+//   3. build_and_publish() unpacks it under images/<manifest hex>/; the tar stays as its layer
+//      blob (for --container-save), until the image is removed.
 // A memo, squashfs/<key>, maps the file (device, inode, size, mtime, ctime) to the manifest
 // digest, so a cached squashfs image starts without reading the file again.
 #include "image/import_squashfs.h"
@@ -309,13 +310,14 @@ Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,
   auto img = cached_and_touched(cache, plan.manifest_digest);
   if (!img.ok()) {
     SLIPWAY_TRY(cache.remove_stale_tmp(plan.lock_key));
-    // The tar becomes the layer blob for the build, and goes with it: the unpacked rootfs is
-    // what runs, and a second copy of the image would only use disk.
+    // The tar becomes the image's layer blob, kept as a registry image's layers are kept:
+    // --container-save writes it into the archive it makes (snapshot.h). It costs the image's
+    // size again on disk; `slipway rm` and `slipway gc` remove it with the image.
     const std::string blob = cache.blob_path(layer_digest);
     SLIPWAY_SYS(::rename(tar.c_str(), blob.c_str()), "rename " + tar + " to " + blob);
-    struct Unlink remove_blob{blob};
     LayerFetch present = [](size_t, size_t) { return Status(); };
     img = build_and_publish(cache, plan, present, 1, opts, progress);
+    if (!img.ok()) ::unlink(blob.c_str());
     SLIPWAY_TRY(img);
   }
   // Without the memo the next run reads the file again, and still finds the image: not an error.

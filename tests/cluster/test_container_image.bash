@@ -132,6 +132,7 @@ test_enroot_squashfs_image() {
     local dir
     dir=$(job_user_home)/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-sqsh
     mkdir -p "$dir"
+    chown slwuser: "$dir"
     make_enroot_squashfs "$dir"
     run_job srun -N2 --ntasks-per-node=2 -K --container-image="$dir/image.sqsh" \
         sh -c 'echo "$SLURM_PROCID $(cat /etc/slipway-image) $FROM_ENROOT [$FROM_RC]"'
@@ -145,5 +146,12 @@ test_enroot_squashfs_image() {
     run_job salloc -N1 --time=2 --container-image="$dir/image.sqsh" srun -K cat /etc/slipway-image
     assert_success
     assert_output_contains "enroot-squashfs"
+    # Saved as an OCI archive, changes and the image's Env included.
+    run_job srun -N1 -K --container-image="$dir/image.sqsh" --container-writable \
+        --container-save="$dir/saved.tar" sh -c 'echo changed >/etc/slipway-image'
+    assert_success
+    run_job srun -N1 -K --container-image="$dir/saved.tar" sh -c 'echo "$(cat /etc/slipway-image) $FROM_ENROOT"'
+    assert_success
+    assert_output "changed set by the image"
     rm -rf "$dir"
 }
