@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -87,7 +88,9 @@ Result<FileLock> lock_step_dir(const std::string& run_dir) {
   for (int attempt = 0;; ++attempt) {
     SLIPWAY_TRY(make_private_dirs(run_dir));
     auto lock = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
-    if (!lock.ok() || lock->is_linked() || attempt == 10) return lock;
+    if (!lock.ok() || lock->is_linked()) return lock;
+    if (attempt == 10)
+      return Status::error("the step directory " + run_dir + " keeps being removed under us", EAGAIN);
   }
 }
 
@@ -299,14 +302,29 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
   return holder;
 }
 
-// Whether this task is the node's last in the step: it then holds `lock` and `users` exclusively,
-// so no task joins and the holder (which takes `lock` before it looks at `users`) keeps the
-// container until this task exits.
-bool last_of_step(const std::string& run_dir, UniqueFd& users, std::optional<FileLock>& lock) {
+// The node's tasks in this step: the first figure of SLURM_STEP_TASKS_PER_NODE ("2(x3),1"), which
+// is this node's when it is the step's first (the one that saves); 1 if Slurm did not say.
+int tasks_on_first_node() {
+  const char* v = getenv("SLURM_STEP_TASKS_PER_NODE");
+  if (!v) v = getenv("SLURM_TASKS_PER_NODE");
+  int n = v ? std::atoi(v) : 0;
+  return n > 0 ? n : 1;
+}
+
+// Whether this task is the node's last in the step to finish: each finishing task counts itself in
+// `finished`, under the step's `lock`; the one that makes the count reach the node's task count
+// keeps holding `lock` (in LOCK), so the holder, which takes `lock` before it looks at `users`,
+// keeps the container until this task is done with it.
+bool last_of_step(const std::string& run_dir, std::optional<FileLock>& lock) {
   auto l = FileLock::acquire(run_dir + "/lock", FileLock::Mode::kExclusive);
   if (!l.ok() || !l->is_linked()) return false;
+  int finished = 0;
+  if (auto text = read_file_limited(run_dir + "/finished", 64); text.ok())
+    finished = std::atoi(text->c_str());
+  ++finished;
+  if (!write_file_atomic(run_dir + "/finished", std::to_string(finished) + "\n").ok()) return false;
   lock = std::move(*l);
-  return users.valid() && flock(users.get(), LOCK_EX | LOCK_NB) == 0;
+  return finished == tasks_on_first_node();
 }
 
 TaskView task_view(const Prepared& p) {
@@ -414,7 +432,7 @@ int cmd_run(std::vector<std::string>& args) {
   if (child == 0) exec_in(*holder, *p, exported, std::move(command));
   int status = wait_child(child);
   std::optional<FileLock> lock;
-  if (p->save && (run_dir.empty() || last_of_step(run_dir, users, lock))) {
+  if (p->save && (run_dir.empty() || last_of_step(run_dir, lock))) {
     Status saved = save_container(*holder, *p);
     if (!saved.ok()) return fail(saved.message()), status != 0 ? status : 1;
   }

@@ -365,7 +365,8 @@ Result<LocalImage> read_docker_archive(LocalSource& src, const std::string& imag
 
 // Opens PATH as the calling user: a directory is a layout, a file an archive.
 Result<std::unique_ptr<LocalSource>> open_source(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO is refused
+  if (fd.valid()) (void)::fcntl(fd.get(), F_SETFL, 0);  // reads of a file or directory as usual
   struct stat st;
   if (!fd.valid() || ::fstat(fd.get(), &st) == -1) {
     int err = errno;
@@ -402,7 +403,8 @@ Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOption
   {
     // enroot's squashfs images (what pyxis users have on disk) take their own path, which loads
     // libarchive and libcrypto only when the image is not cached.
-    UniqueFd fd(::open(image.c_str(), O_RDONLY | O_CLOEXEC));
+    // O_NONBLOCK: a FIFO given as the image must not hang the step (it is refused below).
+    UniqueFd fd(::open(image.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     struct stat st;
     if (fd.valid() && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && is_squashfs(fd.get()))
       return import_squashfs_image(image, fd.get(), opts, progress);

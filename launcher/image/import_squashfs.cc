@@ -50,10 +50,11 @@ std::string find_tool(const char* name) {
 }
 
 // The memo key of the file behind FD: changes whenever the file is replaced or modified. Plain
-// hex (no hash), so that finding a cached image loads no crypto library.
+// hex (no hash), so that finding a cached image loads no crypto library; no '.', which separates
+// a tmp/ entry's key from its owner (cache_admin.cc, remove_dead_tmp).
 std::string memo_key(const struct stat& st) {
   char key[160];
-  std::snprintf(key, sizeof key, "%llx-%llx-%llx-%llx.%09ld-%llx.%09ld",
+  std::snprintf(key, sizeof key, "%llx-%llx-%llx-%llx-%09ld-%llx-%09ld",
                 static_cast<unsigned long long>(st.st_dev), static_cast<unsigned long long>(st.st_ino),
                 static_cast<unsigned long long>(st.st_size),
                 static_cast<unsigned long long>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec,
@@ -76,9 +77,11 @@ std::string read_memo(const NodeCache& cache, const std::string& key) {
   return is_valid_digest(d) ? d : "";
 }
 
+// Called with the squashfs lock of KEY held: its tmp/ file is named after that lock.
 Status write_memo(const NodeCache& cache, const std::string& key, const std::string& digest) {
   const std::string path = memo_path(cache, key);
-  const std::string tmp = cache.tmp_dir() + "/memo-" + key + "." + random_suffix();
+  const std::string tmp = cache.tmp_dir() + "/squashfs-" + key + "." + std::to_string(::getpid()) +
+                          "." + random_suffix() + ".memo";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status::from_errno("create " + tmp, errno);
   const std::string line = digest + "\n";
@@ -117,6 +120,8 @@ std::string run_tool(const std::vector<std::string>& argv, int out_fd, int keep_
   char path_env[] = "PATH=/usr/bin:/bin", lang_env[] = "LC_ALL=C";
   char* envp[] = {path_env, lang_env, nullptr};
   struct rlimit limit = {max_output, max_output};
+  sigset_t none;
+  sigemptyset(&none);
   // Only async-signal-safe calls between fork and exec: the caller may have threads.
   pid_t pid = ::fork();
   if (pid == -1) return std::string("fork: ") + strerror(errno);
@@ -127,6 +132,7 @@ std::string run_tool(const std::vector<std::string>& argv, int out_fd, int keep_
         ::setrlimit(RLIMIT_FSIZE, &limit) == -1)
       ::_exit(126);
     ::signal(SIGXFSZ, SIG_DFL);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execve(args[0], args.data(), envp);
     ::_exit(127);
   }
@@ -135,13 +141,18 @@ std::string run_tool(const std::vector<std::string>& argv, int out_fd, int keep_
     if (errno != EINTR) return std::string("waitpid: ") + strerror(errno);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ)
-    return "its output passed the " + std::to_string(max_output >> 30) +
-           " GiB unpack limit (a decompression bomb?)";
+    return "its output passed the unpack limit (" + std::to_string(max_output >> 20) +
+           " MiB of tar; a decompression bomb?)";
   std::string why = last_line(err.get());
   if (why.empty())
     why = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
                             : "signal " + std::to_string(WTERMSIG(status));
   return why;
+}
+
+std::string archive_why(archive* a) {
+  const char* m = archive_error_string(a);
+  return m ? m : "unknown error";
 }
 
 // Env and Entrypoint from enroot's runtime files in the tar at FD.
@@ -154,12 +165,12 @@ Result<ImageConfig> enroot_config(int fd, const std::string& image) {
   archive_read_support_format_tar(a.get());
   if (::lseek(fd, 0, SEEK_SET) == -1 ||
       archive_read_open_fd(a.get(), fd, 64 << 10) != ARCHIVE_OK)
-    return Status::error("image '" + image + "': cannot read its tar: " +
-                             archive_error_string(a.get()), EIO);
+    return Status::error("image '" + image + "': cannot read its tar: " + archive_why(a.get()), EIO);
   ImageConfig config;
   archive_entry* e = nullptr;
   int rc;
-  while ((rc = archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
+  // A warning (say, a name not valid in this locale) is no reason to stop, as in layer.cc.
+  while ((rc = archive_read_next_header(a.get(), &e)) == ARCHIVE_OK || rc == ARCHIVE_WARN) {
     std::string_view name = archive_entry_pathname(e) ? archive_entry_pathname(e) : "";
     while (name.starts_with("./") || name.starts_with("/")) name.remove_prefix(name[0] == '.' ? 2 : 1);
     if (archive_entry_filetype(e) != AE_IFREG) continue;
@@ -176,8 +187,7 @@ Result<ImageConfig> enroot_config(int fd, const std::string& image) {
     config.env = parse_environment_file(text);
   }
   if (rc != ARCHIVE_EOF)
-    return Status::error("image '" + image + "': cannot read its tar: " +
-                             archive_error_string(a.get()), EIO);
+    return Status::error("image '" + image + "': cannot read its tar: " + archive_why(a.get()), EIO);
   return config;
 }
 
@@ -256,8 +266,10 @@ Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,
   } remove_tar{tar};
   // The file is read through /proc/self/fd: the path the user gave is opened once, by us.
   const std::string input = "/proc/self/fd/" + std::to_string(fd);
+  // The tar is larger than what it unpacks to by its headers (512 bytes or more per entry), which
+  // apply_layer's budget counts the same way: twice the budget only keeps the disk safe.
   std::string why = run_tool({sqfs2tar, "--no-xattr", input}, out.get(), fd,
-                             opts.max_unpacked_bytes + (64ull << 20));
+                             2 * opts.max_unpacked_bytes + (64ull << 20));
   if (why.starts_with(input + ": ")) why.erase(0, input.size() + 2);  // it names its input
   while (!why.empty() && why.back() == '.') why.pop_back();
   if (!why.empty()) {
@@ -314,10 +326,11 @@ Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,
     // --container-save writes it into the archive it makes (snapshot.h). It costs the image's
     // size again on disk; `slipway rm` and `slipway gc` remove it with the image.
     const std::string blob = cache.blob_path(layer_digest);
-    SLIPWAY_SYS(::rename(tar.c_str(), blob.c_str()), "rename " + tar + " to " + blob);
+    const bool made = ::access(blob.c_str(), F_OK) != 0;  // else the same bytes are there
+    if (made) SLIPWAY_SYS(::rename(tar.c_str(), blob.c_str()), "rename " + tar + " to " + blob);
     LayerFetch present = [](size_t, size_t) { return Status(); };
     img = build_and_publish(cache, plan, present, 1, opts, progress);
-    if (!img.ok()) ::unlink(blob.c_str());
+    if (!img.ok() && made) ::unlink(blob.c_str());
     SLIPWAY_TRY(img);
   }
   // Without the memo the next run reads the file again, and still finds the image: not an error.

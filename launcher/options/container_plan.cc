@@ -86,8 +86,16 @@ void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const
     view.workdir = image_workdir;
     return;
   }
-  bool covered = cwd == "/" || is_under(cwd, "/tmp");
-  for (const auto& b : spec.binds) covered = covered || is_under(cwd, b.destination);
+  // What umount: removes covers nothing; a fresh tmpfs holds no host directory.
+  auto detached = [&](const std::string& dest) {
+    for (const auto& b : spec.binds)
+      if (b.detach && is_under(dest, b.destination)) return true;
+    return false;
+  };
+  bool covered = cwd == "/" || (is_under(cwd, "/tmp") && !detached("/tmp"));
+  for (const auto& b : spec.binds)
+    covered = covered || (!b.tmpfs && !b.detach && is_under(cwd, b.destination) &&
+                          !detached(b.destination));
   if (!covered && is_dir(cwd)) view.binds.push_back({.source = cwd, .destination = cwd});
   view.workdir = cwd;
 }

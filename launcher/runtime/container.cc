@@ -216,10 +216,16 @@ Status detach_at(int root_fd, const std::string& dest) {
                                                                                  : dest.find_first_not_of('/'));
   UniqueFd fd(static_cast<int>(syscall(SYS_openat2, root_fd, rel.empty() ? "." : rel.c_str(), &how,
                                        sizeof how)));
-  if (!fd.valid() || umount2(fd_path(fd.get()).c_str(), MNT_DETACH) != 0)
-    return Status::error("--container-mounts=umount:" + dest + ": nothing is mounted at " + dest +
-                             " in the container (" + strerror(errno) + "); drop it",
-                         errno);
+  if (!fd.valid() || umount2(fd_path(fd.get()).c_str(), MNT_DETACH) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == EINVAL)
+      return Status::error("--container-mounts=umount:" + dest + ": nothing is mounted at " + dest +
+                               " in the container; drop it",
+                           err);
+    return Status::error("--container-mounts=umount:" + dest + ": cannot remove the mount at " +
+                             dest + " in the container: " + strerror(err) + "; drop it",
+                         err);
+  }
   return Status();
 }
 
@@ -261,7 +267,7 @@ Status pivot_into(const std::string& root, const TaskView& task) {
   const std::string wd = task.workdir.empty() ? std::string("/") : task.workdir;
   if (chdir(wd.c_str()) == -1)
     return Status::error("working directory '" + wd + "' does not exist in the container: " +
-                             strerror(errno) + "; check --container-workdir",
+                             strerror(errno) + "; check --container-workdir (or the image's WorkingDir)",
                          errno);
   return Status();
 }

@@ -81,7 +81,7 @@ struct HolderOptions {
 };
 
 // Removes a detached holder's run directory: the directory of its `users_lock`, with the files
-// that `slipway run` keeps there (holder, lock, users, image, entrypoint). The holder does it when its last
+// that `slipway run` keeps there (holder, lock, users, image, entrypoint, finished). The holder does it when its last
 // task has gone; the next step's first task does it for a holder that was killed first.
 void remove_run_dir(const std::string& dir);
 

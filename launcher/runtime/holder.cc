@@ -20,7 +20,9 @@
 namespace slipway::launcher {
 
 void remove_run_dir(const std::string& dir) {
-  for (const char* f : {"/holder", "/lock", "/users", "/image", "/entrypoint"})
+  // `lock` last: a task that arrives meanwhile waits on it (the remover holds it), then sees it
+  // unlinked and starts afresh; it never finds a new `lock` beside the old `users`.
+  for (const char* f : {"/holder", "/users", "/image", "/entrypoint", "/finished", "/lock"})
     unlink((dir + f).c_str());
   rmdir(dir.c_str());
 }

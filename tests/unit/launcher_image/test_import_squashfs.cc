@@ -82,13 +82,16 @@ START_TEST(squashfs_imports_with_enroot_config) {
   ck_assert_int_eq(count_entries(sb.root + "/cache/tmp"), 0);
   ck_assert_int_eq(count_entries(sb.root + "/cache/squashfs"), 1);
 
-  // The memo names the image; the next import finds it there.
+  // The memo names the image; the next import finds it there, without converting the file again
+  // (which would take the file's squashfs lock: its lock file would be back).
   const std::string memo_dir = sb.root + "/cache/squashfs";
   ck_assert(system(("grep -qx '" + img->manifest_digest + "' " + memo_dir + "/*").c_str()) == 0);
+  run("rm " + sb.root + "/cache/locks/squashfs-*.lock");
   auto again = import_image(*ref, options(sb));
   ck_assert_msg(again.ok(), "%s", again.status().message().c_str());
   ck_assert(again->was_cached);
   ASSERT_SAME_STR(again->manifest_digest, img->manifest_digest);
+  ck_assert(system(("ls " + sb.root + "/cache/locks/squashfs-*.lock >/dev/null 2>&1").c_str()) != 0);
 
   // Touched (new mtime, same bytes): read again, same digest, still one image.
   run("touch -d '2001-01-01' " + sqsh);
