@@ -20,6 +20,7 @@
 
 #include "cli/cli_common.h"
 #include "common/file_util.h"
+#include "dl/dl_env.h"
 #include "options/container_plan.h"
 #include "options/entrypoint.h"
 #include "runtime/container.h"
@@ -302,13 +303,27 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
   return holder;
 }
 
-// The node's tasks in this step: the first figure of SLURM_STEP_TASKS_PER_NODE ("2(x3),1"), which
-// is this node's when it is the step's first (the one that saves); 1 if Slurm did not say.
+// The step's tasks on its first node (the one that saves); 1 if Slurm did not say.
 int tasks_on_first_node() {
   const char* v = getenv("SLURM_STEP_TASKS_PER_NODE");
   if (!v) v = getenv("SLURM_TASKS_PER_NODE");
-  int n = v ? std::atoi(v) : 0;
-  return n > 0 ? n : 1;
+  auto n = tasks_on_node(v ? v : "", 0);
+  return n.ok() && *n > 0 ? *n : 1;
+}
+
+// Under srun, the DL environment the plugin gives a task (RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT: dl/dl_env.h), from the SLURM_* variables.
+// SLIPWAY_MASTER_PORTS is the range MASTER_PORT is chosen in, as the plugin's master_port_range.
+Result<std::vector<EnvSetting>> task_dl_env() {
+  auto t = placement_from_env([](const char* n) -> const char* { return getenv(n); });
+  SLIPWAY_TRY(t);
+  PortRange range;
+  if (const char* r = getenv("SLIPWAY_MASTER_PORTS")) {
+    auto parsed = parse_port_range(r);
+    if (!parsed.ok()) return Status::error("SLIPWAY_MASTER_PORTS: " + parsed.status().message(), EINVAL);
+    range = *parsed;
+  }
+  return dl_environment(*t, range);
 }
 
 // Whether this task is the node's last in the step to finish: each finishing task counts itself in
@@ -356,13 +371,14 @@ void apply_image_env(const Prepared& p) {
   _exit(fail("cannot run '" + command[0] + "' in the container: " + strerror(errno)) + 126);
 }
 
-// The child of a task: join the holder's container, with the image's Env and then what the
-// entrypoint exported. Never returns.
+// The child of a task: join the holder's container, with the image's Env, then what the
+// entrypoint exported, then the DL environment. Never returns.
 [[noreturn]] void exec_in(const ContainerHolder& holder, const Prepared& p,
                           const std::vector<std::string>& exported,
-                          std::vector<std::string> command) {
+                          const std::vector<EnvSetting>& dl_env, std::vector<std::string> command) {
   apply_image_env(p);
   apply_exported(p, exported);
+  for (const auto& e : dl_env) setenv(e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0);
   exec_command(join_container(holder, p.spec, task_view(p)), p, std::move(command));
 }
 
@@ -412,6 +428,12 @@ int cmd_run(std::vector<std::string>& args) {
     apply_image_env(*p);
     exec_command(enter_container(p->spec, task_view(*p)), *p, std::move(command));
   }
+  std::vector<EnvSetting> dl_env;
+  if (!run_dir.empty()) {
+    auto env = task_dl_env();
+    if (!env.ok()) return fail("cannot start the container: " + env.status().message());
+    dl_env = std::move(*env);
+  }
   UniqueFd users;
   std::vector<std::string> exported;
   std::string entrypoint_output;
@@ -429,7 +451,7 @@ int cmd_run(std::vector<std::string>& args) {
     (void)!write(STDERR_FILENO, entrypoint_output.data(), entrypoint_output.size());
   pid_t child = fork();
   if (child < 0) return fail(std::string("fork: ") + strerror(errno));
-  if (child == 0) exec_in(*holder, *p, exported, std::move(command));
+  if (child == 0) exec_in(*holder, *p, exported, dl_env, std::move(command));
   int status = wait_child(child);
   std::optional<FileLock> lock;
   if (p->save && (run_dir.empty() || last_of_step(run_dir, lock))) {

@@ -2,6 +2,7 @@
 #include "dl/dl_env.h"
 
 #include <charconv>
+#include <initializer_list>
 
 namespace slipway::launcher {
 
@@ -30,6 +31,70 @@ int master_port(uint32_t job_id, uint32_t step_id, PortRange range) {
   x ^= x >> 31;
   const uint64_t span = static_cast<uint64_t>(range.last - range.first) + 1;
   return range.first + static_cast<int>(x % span);
+}
+
+Result<int> tasks_on_node(std::string_view text, int node) {
+  int first = 0;  // the first node the current element covers
+  size_t i = 0;
+  auto number = [&](int& v) {
+    auto [end, ec] = std::from_chars(text.data() + i, text.data() + text.size(), v);
+    if (ec != std::errc() || v < 0) return false;
+    i = static_cast<size_t>(end - text.data());
+    return true;
+  };
+  while (i < text.size()) {
+    int count = 0, repeat = 1;
+    if (!number(count)) break;
+    if (text.substr(i, 2) == "(x") {
+      i += 2;
+      if (!number(repeat) || repeat < 1 || i >= text.size() || text[i] != ')') break;
+      ++i;
+    }
+    if (i < text.size() && text[i] != ',') break;
+    if (node >= first && node < first + repeat) return count;
+    first += repeat;
+    ++i;
+  }
+  return Status::error("tasks per node '" + std::string(text) + "' does not cover node " +
+                           std::to_string(node),
+                       EINVAL);
+}
+
+Result<TaskPlacement> placement_from_env(const std::function<const char*(const char*)>& getenv_fn) {
+  auto var = [&](std::initializer_list<const char*> names) -> std::string_view {
+    for (const char* n : names)
+      if (const char* v = getenv_fn(n)) return v;
+    return {};
+  };
+  auto number = [&](std::initializer_list<const char*> names, int64_t& out) -> Status {
+    std::string_view v = var(names);
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || out < 0)
+      return Status::error(std::string(*names.begin()) + "='" + std::string(v) +
+                               "' is not a number: not a task of srun?",
+                           EINVAL);
+    return Status();
+  };
+  int64_t job = 0, step = 0, rank = 0, local = 0, world = 0, node = 0;
+  SLIPWAY_TRY(number({"SLURM_JOB_ID"}, job));
+  SLIPWAY_TRY(number({"SLURM_STEP_ID"}, step));
+  SLIPWAY_TRY(number({"SLURM_PROCID"}, rank));
+  SLIPWAY_TRY(number({"SLURM_LOCALID"}, local));
+  SLIPWAY_TRY(number({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, world));
+  SLIPWAY_TRY(number({"SLURM_NODEID"}, node));
+  auto local_world = tasks_on_node(var({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}),
+                                   static_cast<int>(node));
+  SLIPWAY_TRY(local_world);
+  TaskPlacement t;
+  t.job_id = static_cast<uint32_t>(job);
+  t.step_id = static_cast<uint32_t>(step);
+  t.rank = static_cast<int>(rank);
+  t.local_rank = static_cast<int>(local);
+  t.world_size = static_cast<int>(world);
+  t.local_world_size = *local_world;
+  t.node_rank = static_cast<int>(node);
+  t.nodelist = std::string(var({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}));
+  return t;
 }
 
 Result<std::string> first_host(std::string_view hostlist) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,17 @@ int master_port(uint32_t job_id, uint32_t step_id, PortRange range);
 
 // The first host of a Slurm hostlist: "node[1-4,7],gpu01" -> "node1", "gpu[01-02]" -> "gpu01".
 Result<std::string> first_host(std::string_view hostlist);
+
+// The tasks on node NODE of a step from SLURM_STEP_TASKS_PER_NODE: "2(x3),1" is 2 on nodes 0-2
+// and 1 on node 3. An error for a malformed value or a node it does not cover.
+Result<int> tasks_on_node(std::string_view tasks_per_node, int node);
+
+// Where the calling task sits, from the SLURM_* variables srun gives every task (the view of
+// `slipway run`, which has no SPANK items): SLURM_JOB_ID, SLURM_STEP_ID, SLURM_PROCID,
+// SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE and
+// SLURM_STEP_NODELIST (or their SLURM_NTASKS, SLURM_TASKS_PER_NODE, SLURM_JOB_NODELIST forms).
+// GETENV returns nullptr for an unset variable.
+Result<TaskPlacement> placement_from_env(const std::function<const char*(const char*)>& getenv_fn);
 
 // RANK ... MASTER_PORT for `t`. MASTER_ADDR and MASTER_PORT do not overwrite a value the job set.
 Result<std::vector<EnvSetting>> dl_environment(const TaskPlacement& t, PortRange range);

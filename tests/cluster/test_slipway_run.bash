@@ -169,3 +169,27 @@ test_image_workingdir_and_cmd() {
     assert_success
     assert_output "from-cmd in /srv/app"
 }
+
+# The plugin's DL environment, from the SLURM_* variables: torch.distributed's env:// works the same
+# under `srun slipway run` as under `srun --container-image`.
+test_dl_environment_under_srun() {
+    run_job srun -N2 --ntasks-per-node=2 -K ./slipway run --container-image="$BUSYBOX" -- sh -c \
+        'echo "$SLURM_PROCID $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $NODE_RANK $MASTER_ADDR $MASTER_PORT $(hostname)"'
+    assert_success
+    local line procid rank local_rank world local_world node addr port host masters=()
+    for line in "${lines[@]}"; do
+        read -r procid rank local_rank world local_world node addr port host <<<"$line"
+        [[ $rank == "$procid" ]] || fail "RANK is not SLURM_PROCID: $line"
+        [[ $world == 4 && $local_world == 2 && $local_rank =~ ^[01]$ && $node =~ ^[01]$ ]] ||
+            fail "bad sizes or local rank: $line"
+        [[ $node != 0 || $addr == "$host" ]] || fail "MASTER_ADDR is not the step's first node: $line"
+        [[ $port =~ ^[0-9]+$ ]] || fail "bad MASTER_PORT: $line"
+        masters+=("$addr:$port")
+    done
+    assert_equal 4 "${#masters[@]}" "tasks"
+    assert_equal 1 "$(printf '%s\n' "${masters[@]}" | sort -u | wc -l)" "distinct MASTER_ADDR:MASTER_PORT"
+    run_job env SLIPWAY_MASTER_PORTS=31000-31000 srun -N1 -K ./slipway run --container-image="$BUSYBOX" -- \
+        sh -c 'echo "$MASTER_PORT"'
+    assert_success
+    assert_output 31000
+}

@@ -1,5 +1,6 @@
 // Unit tests for launcher/dl/dl_env.h: the first node of a hostlist, MASTER_PORT (same for every
 // task of a step, inside the range, spread across jobs) and the variables of one task.
+#include <map>
 #include <set>
 #include <string>
 
@@ -76,6 +77,46 @@ START_TEST(environment_of_a_task) {
 }
 END_TEST
 
+START_TEST(tasks_per_node_forms) {
+  const char* spec = "2(x3),1,4";
+  const int want[] = {2, 2, 2, 1, 4};
+  for (int node = 0; node < 5; ++node) {
+    auto n = tasks_on_node(spec, node);
+    ck_assert_msg(n.ok() && *n == want[node], "node %d", node);
+  }
+  ck_assert(!tasks_on_node(spec, 5).ok());
+  ck_assert(*tasks_on_node("8", 0) == 8);
+  for (const char* bad : {"", "x", "2(x", "2(x0)", "2(x2", "2;1", "-1"})
+    ck_assert_msg(!tasks_on_node(bad, 0).ok(), "accepted '%s'", bad);
+}
+END_TEST
+
+// What `slipway run` sees under srun: SLURM_* variables only.
+START_TEST(placement_from_srun_variables) {
+  std::map<std::string, std::string> env = {
+      {"SLURM_JOB_ID", "42"},           {"SLURM_STEP_ID", "1"},  {"SLURM_PROCID", "5"},
+      {"SLURM_LOCALID", "1"},           {"SLURM_STEP_NUM_TASKS", "7"}, {"SLURM_NODEID", "2"},
+      {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_STEP_NODELIST", "node[1-4]"}};
+  auto lookup = [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  auto t = placement_from_env(lookup);
+  ck_assert_msg(t.ok(), "%s", t.ok() ? "" : t.status().message().c_str());
+  ck_assert(t->job_id == 42 && t->step_id == 1 && t->rank == 5 && t->local_rank == 1);
+  ck_assert(t->world_size == 7 && t->local_world_size == 2 && t->node_rank == 2);
+  EXPECT_STR(t->nodelist, "node[1-4]");
+  env.erase("SLURM_STEP_NUM_TASKS");  // older srun: the job's forms
+  env["SLURM_NTASKS"] = "7";
+  ck_assert(placement_from_env(lookup).ok());
+  env.erase("SLURM_PROCID");
+  auto missing = placement_from_env(lookup);
+  ck_assert(!missing.ok());
+  ck_assert_msg(missing.status().message().find("SLURM_PROCID=''") == 0, "%s",
+                missing.status().message().c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("dl_env");
   TCase* tc = tcase_create("env");
@@ -83,6 +124,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, master_port_is_deterministic_and_in_range);
   tcase_add_test(tc, port_ranges_parse);
   tcase_add_test(tc, environment_of_a_task);
+  tcase_add_test(tc, tasks_per_node_forms);
+  tcase_add_test(tc, placement_from_srun_variables);
   suite_add_tcase(s, tc);
   return s;
 }
