@@ -9,6 +9,7 @@
 #include "image/image_ref.h"
 #include "image/manifest_handoff.h"
 #include "image/registry.h"
+#include "image/tag_memo.h"
 #include "log.h"
 #include "plugin_state.h"
 
@@ -69,7 +70,13 @@ int client_init_post_opt(spank_t) {
   const char* pinned_ref = getenv(kEnvImageRef);
   const char* pinned_digest = getenv(kEnvImageDigest);
   if (pinned_ref && pinned_digest && canonical == pinned_ref) return 0;
-  auto manifest = launcher::resolve_manifest(*ref, registry_options(st.config));
+  // The user's cache on this host remembers what the tag named (image/tag_memo.h): the next
+  // srun of the same tag asks the registry with HEAD only, which Docker Hub does not count as a
+  // pull. Without a usable cache here, the tag is resolved as always.
+  launcher::NodeCache cache(cache_dir_for(st.config, getuid()));
+  if (!cache.ensure_layout().ok()) cache = launcher::NodeCache("");
+  launcher::RegistryClient client(*ref, registry_options(st.config));
+  auto manifest = launcher::platform_manifest_by_tag(client, cache);
   if (!manifest.ok()) {
     log_error(manifest.status().message());
     return -1;

@@ -5,6 +5,7 @@
 //   <root>/tmp/                            work in progress (<hex>.<pid>.<rand>, blob-<hex>.<...>)
 //   <root>/locks/<hex>.lock                flock(2) files: importers hold LOCK_EX while working
 //   <root>/squashfs/<key>                  the manifest digest a squashfs file was imported as
+//   <root>/tags/<sha256 of the reference>  what a tag last named, and its manifest (tag_memo.h)
 // Publishing is one rename(2) of a finished tmp/ directory, so readers need no lock: what exists
 // under images/ is complete. Leftovers of a killed importer are in tmp/ and are removed by the
 // next importer of the same digest (who holds the lock, so their owner must be dead).

@@ -152,6 +152,7 @@ Result<HttpResponse> HttpClient::perform(const HttpRequest& req, const BodySink*
   curl_slist* hdrs = nullptr;
   for (const auto& h : req.headers) hdrs = C().slist_append(hdrs, h.c_str());
   C().easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  C().easy_setopt(c, CURLOPT_NOBODY, req.head ? 1L : 0L);
   C().easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
   C().easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
   C().easy_setopt(c, CURLOPT_MAXREDIRS, 8L);

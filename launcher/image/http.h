@@ -24,6 +24,7 @@ struct HttpRequest {
   std::string url;
   std::vector<std::string> headers;  // "Name: value"
   std::string user, password;        // HTTP Basic when user is not empty
+  bool head = false;                 // HEAD: headers only
 };
 
 struct HttpResponse {

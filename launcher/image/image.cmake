@@ -18,6 +18,7 @@ target_sources(slipway_launcher PRIVATE
   image/manifest.cc
   image/manifest_handoff.cc
   image/registry.cc
-  image/registry_auth.cc)
+  image/registry_auth.cc
+  image/tag_memo.cc)
 # ISA-L is loaded with dlopen on first use (gzip_source.h): headers only.
 target_include_directories(slipway_launcher PRIVATE ${ISAL_INCLUDE_DIRS})

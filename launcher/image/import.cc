@@ -14,6 +14,7 @@
 #include "image/digest.h"
 #include "common/file_util.h"
 #include "image/import_build.h"
+#include "image/tag_memo.h"
 
 namespace slipway::launcher {
 namespace {
@@ -27,7 +28,7 @@ std::optional<FetchedManifest> handed_off(const std::string& body, const std::st
   if (body.empty() || sha256_digest(body) != digest) return std::nullopt;
   auto kind = manifest_kind(body);
   if (!kind.ok() || *kind != ManifestKind::kManifest) return std::nullopt;
-  return FetchedManifest{body, digest, ManifestKind::kManifest};
+  return FetchedManifest{body, digest, ManifestKind::kManifest, ""};
 }
 
 // Everything after the manifest, under the image lock LOCK_KEY: config, blobs, unpack, publish.
@@ -91,7 +92,7 @@ Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opt
   std::optional<FetchedManifest> fm;
   std::string key = ref.digest;
   if (key.empty()) {
-    auto m = client.fetch_platform_manifest();
+    auto m = platform_manifest_by_tag(client, cache);
     SLIPWAY_TRY(m);
     key = m->digest;
     fm = std::move(*m);

@@ -119,10 +119,12 @@ Status RegistryClient::http_error(long status, const std::string& what) const {
 }
 
 Result<HttpResponse> RegistryClient::get(const std::string& path,
-                                         const std::vector<std::string>& headers, Sink* sink) {
+                                         const std::vector<std::string>& headers, Sink* sink,
+                                         bool head) {
   bool authed_here = false;
   for (int attempt = 0;; ++attempt) {
     HttpRequest req{base_url() + path, headers, {}, {}};
+    req.head = head;
     if (!auth_header_.empty()) req.headers.push_back(auth_header_);
     if (use_basic_) req.user = creds_user_, req.password = creds_password_;
     if (sink && sink->restart) SLIPWAY_TRY(sink->restart());
@@ -233,16 +235,27 @@ Result<FetchedManifest> RegistryClient::fetch_manifest(const std::string& refere
 Result<FetchedManifest> RegistryClient::fetch_platform_manifest(bool want_body) {
   auto top = fetch_manifest(ref_.digest.empty() ? ref_.tag : ref_.digest);
   SLIPWAY_TRY(top);
+  top->named_digest = top->digest;
   if (top->kind == ManifestKind::kManifest) return top;
   auto entry = pick_platform(top->body);
   if (!entry.ok()) return entry.status().context("image '" + ref_.str() + "'");
-  if (!want_body) return FetchedManifest{"", entry->digest, ManifestKind::kManifest};
+  if (!want_body) return FetchedManifest{"", entry->digest, ManifestKind::kManifest, top->digest};
   auto m = fetch_manifest(entry->digest);
   SLIPWAY_TRY(m);
   if (m->kind != ManifestKind::kManifest)
     return Status::error("image '" + ref_.str() + "': the linux/amd64 entry of its index is "
                          "not an image manifest", EPROTO);
+  m->named_digest = top->digest;
   return m;
+}
+
+Result<std::string> RegistryClient::head_manifest_digest(const std::string& reference) {
+  auto resp = get("/manifests/" + reference, {"Accept: " + std::string(media::kManifestAccept)},
+                  nullptr, /*head=*/true);
+  SLIPWAY_TRY(resp);
+  if (resp->status != 200) return std::string();
+  std::string d = resp->header("docker-content-digest");
+  return is_valid_digest(d) ? d : std::string();
 }
 
 Status RegistryClient::fetch_blob(const Descriptor& d, int fd) {

@@ -30,6 +30,7 @@ struct FetchedManifest {
   std::string body;
   std::string digest;  // sha256 of body
   ManifestKind kind = ManifestKind::kManifest;
+  std::string named_digest;  // fetch_platform_manifest: what the reference named (an index's digest)
 };
 
 // The image manifest that will be run, with its bytes (srun hands them to the nodes: see
@@ -54,6 +55,10 @@ class RegistryClient {
   // The manifest that will run: ref.digest (else ref.tag), following an index to linux/amd64.
   // With want_body false an index's entry is not fetched (digest only: resolve_digest).
   Result<FetchedManifest> fetch_platform_manifest(bool want_body = true);
+  // HEAD /v2/<repo>/manifests/<reference>: the digest the registry says it names
+  // (Docker-Content-Digest), or "" when it does not say. Registries do not count a HEAD as a pull
+  // (Docker Hub's rate limit).
+  Result<std::string> head_manifest_digest(const std::string& reference);
   // Streams blob D into FD (truncated first, rewritten on retry), checking size and digest.
   Status fetch_blob(const Descriptor& d, int fd);
   // A small blob (the image config) into memory, verified.
@@ -66,7 +71,7 @@ class RegistryClient {
  private:
   struct Sink;
   Result<HttpResponse> get(const std::string& path, const std::vector<std::string>& headers,
-                           Sink* sink);
+                           Sink* sink, bool head = false);
   Status authenticate(const HttpResponse& challenge);
   Status fetch_token(const AuthChallenge& c);
   Status http_error(long status, const std::string& what) const;

@@ -55,6 +55,9 @@ log_since() { tail -n +"$(($1 + 1))" "$ACCESS_LOG"; }
 # "ADDRESS PATH" of every GET of REPO's blobs after MARK.
 blob_gets() { log_since "$1" | sed -n "s|^\([0-9.]*\) .*\"GET \(/v2/slipway/$2/blobs/[^ ]*\) .*|\1 \2|p"; }
 manifest_gets() { log_since "$1" | grep -c "\"GET /v2/slipway/$2/manifests/" || true; }
+manifest_heads() { log_since "$1" | grep -c "\"HEAD /v2/slipway/$2/manifests/" || true; }
+# GETs and HEADs: srun's HEAD replaces the GET once its host's cache remembers the tag.
+manifest_requests() { echo $(($(manifest_gets "$@") + $(manifest_heads "$@"))); }
 
 # The blobs (config and layers) of the image cached on node1 under digest hex HEX.
 image_blob_count() { jq '.layers | length + 1' "$(node_cache node1)/images/$1/manifest.json"; }
@@ -114,7 +117,7 @@ test_32_tasks_on_4_nodes_one_manifest_request_each_blob_once_per_node() {
     run_job srun -N4 --ntasks-per-node=8 -K --container-image="$DEBIAN_PYTHON" cat /etc/slipway-image
     assert_success
     assert_equal 32 "$(grep -cx debian-python <<<"$output")" "tasks inside debian-python"
-    assert_equal 1 "$(manifest_gets "$mark" debian-python)" "manifest requests for the job"
+    assert_equal 1 "$(manifest_requests "$mark" debian-python)" "manifest requests for the job"
     fetched=$(blob_gets "$mark" debian-python)
     assert_equal "" "$(sort <<<"$fetched" | uniq -d)" "blobs fetched twice by one node"
     local blobs=$(image_blob_count "$(only_image node1)")
@@ -122,11 +125,13 @@ test_32_tasks_on_4_nodes_one_manifest_request_each_blob_once_per_node() {
     for node in 1 2 3 4; do
         assert_equal "$blobs" "$(grep -c "^$SANDBOX_NET.1$node " <<<"$fetched")" "blobs fetched by node$node"
     done
-    # A second job: the digest is resolved again (one request), nothing else.
+    # A second job: the tag is resolved again with one HEAD (not a pull: image/tag_memo.h), and
+    # nothing else is asked.
     mark=$(log_mark)
     run_job srun -N4 --ntasks-per-node=8 -K --container-image="$DEBIAN_PYTHON" true
     assert_success
-    assert_equal 1 "$(manifest_gets "$mark" debian-python)" "manifest requests of the second job"
+    assert_equal 0 "$(manifest_gets "$mark" debian-python)" "manifest GETs of the second job"
+    assert_equal 1 "$(manifest_heads "$mark" debian-python)" "manifest HEADs of the second job"
     assert_equal "" "$(blob_gets "$mark" debian-python)" "blobs fetched by the second job"
 }
 
@@ -145,7 +150,7 @@ EOS
     run_batch "$script"
     assert_success
     assert_equal 4 "$(grep -cx busybox <<<"$output")" "tasks inside busybox"
-    assert_equal 1 "$(manifest_gets "$mark" busybox)" "manifest requests of the batch job"
+    assert_equal 1 "$(manifest_requests "$mark" busybox)" "manifest requests of the batch job"
 }
 
 # ------------------------------------------------------------ whiteouts --

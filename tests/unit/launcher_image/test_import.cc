@@ -112,6 +112,38 @@ START_TEST(index_resolves_to_amd64) {
 }
 END_TEST
 
+// A tag resolved again costs a HEAD, not a GET (a pull, for Docker Hub's rate limit), while the
+// tag names what it named; a moved tag, or a damaged memo, costs the GETs again.
+START_TEST(tag_resolved_again_with_head_only) {
+  Env env;
+  SKIP_WITHOUT_REGISTRY(env);
+  std::string first = env.push_two_layers("t/memo");
+  const std::string m = "/v2/t/memo/manifests/";
+  auto img = import_image(env.ref("t/memo:v1"), env.options());
+  ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+  ck_assert_int_eq(env.reg->count_requests(m, "GET"), 1);
+  ck_assert_int_eq(env.reg->count_requests(m, "HEAD"), 0);
+  auto again = import_image(env.ref("t/memo:v1"), env.options());
+  ck_assert_msg(again.ok() && again->was_cached, "%s", again.status().message().c_str());
+  ASSERT_SAME_STR(again->manifest_digest, first);
+  ck_assert_int_eq(env.reg->count_requests(m, "GET"), 1);
+  ck_assert_int_eq(env.reg->count_requests(m, "HEAD"), 1);
+  // The tag moves: HEAD names another digest, so the manifest is fetched.
+  std::string moved = env.reg->push_image("t/memo", "v1", kConfig, {});
+  auto next = import_image(env.ref("t/memo:v1"), env.options());
+  ck_assert_msg(next.ok(), "%s", next.status().message().c_str());
+  ASSERT_SAME_STR(next->manifest_digest, moved);
+  ck_assert_int_eq(env.reg->count_requests(m, "GET"), 2);
+  // A memo whose manifest does not match its digest is not used.
+  ck_assert(system(("for f in " + env.options().cache_dir + "/tags/*; do echo x >>$f; done").c_str()) == 0);
+  auto damaged = import_image(env.ref("t/memo:v1"), env.options());
+  ck_assert_msg(damaged.ok(), "%s", damaged.status().message().c_str());
+  ASSERT_SAME_STR(damaged->manifest_digest, moved);
+  ck_assert_int_eq(env.reg->count_requests(m, "GET"), 3);
+  ck_assert(env.sb.surroundings_intact());
+}
+END_TEST
+
 START_TEST(not_found_is_one_clear_line) {
   Env env;
   SKIP_WITHOUT_REGISTRY(env);
@@ -331,6 +363,7 @@ Suite* make_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, import_then_cached);
   tcase_add_test(tc, index_resolves_to_amd64);
+  tcase_add_test(tc, tag_resolved_again_with_head_only);
   tcase_add_test(tc, not_found_is_one_clear_line);
   tcase_add_test(tc, unreachable_registry_fails_fast);
   tcase_add_test(tc, corrupted_blob_is_rejected_and_not_cached);

@@ -162,11 +162,12 @@ std::string TestRegistry::push_image(const std::string& repo, const std::string&
   return push_manifest(repo, tag, m.str(), "application/vnd.oci.image.manifest.v1+json");
 }
 
-int TestRegistry::count_requests(const std::string& needle) const {
+int TestRegistry::count_requests(const std::string& needle, const std::string& method) const {
   std::ifstream f(dir_ + "/registry.log");
   std::string line;
   int n = 0;
   while (std::getline(f, line))
-    if (line.find("\"GET ") != std::string::npos && line.find(needle) != std::string::npos) ++n;
+    if (line.find("\"" + method + " ") != std::string::npos && line.find(needle) != std::string::npos)
+      ++n;
   return n;
 }

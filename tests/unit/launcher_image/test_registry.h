@@ -28,8 +28,8 @@ class TestRegistry {
                              "application/vnd.oci.image.layer.v1.tar+gzip");
   std::string push_manifest(const std::string& repo, const std::string& ref,
                             const std::string& body, const std::string& media_type);
-  // Count of "GET /v2/.../manifests/" and ".../blobs/" requests seen in the registry log.
-  int count_requests(const std::string& needle) const;
+  // Count of METHOD requests (GET /v2/.../manifests/, .../blobs/) seen in the registry log.
+  int count_requests(const std::string& needle, const std::string& method = "GET") const;
 
  private:
   std::string request(const std::string& method, const std::string& url, const std::string& body,
