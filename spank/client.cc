@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/file_util.h"
 #include "image/image_ref.h"
 #include "image/manifest_handoff.h"
 #include "image/registry.h"
@@ -73,8 +74,10 @@ int client_init_post_opt(spank_t) {
   // The user's cache on this host remembers what the tag named (image/tag_memo.h): the next
   // srun of the same tag asks the registry with HEAD only, which Docker Hub does not count as a
   // pull. Without a usable cache here, the tag is resolved as always.
+  // Only the cache's root is made here (tag_memo makes tags/): a login node needs no more of it.
   launcher::NodeCache cache(cache_dir_for(st.config, getuid()));
-  if (!cache.ensure_layout().ok()) cache = launcher::NodeCache("");
+  if (!launcher::make_dirs(cache.root(), 0700).ok() || !cache.is_trusted())
+    cache = launcher::NodeCache("");
   launcher::RegistryClient client(*ref, registry_options(st.config));
   auto manifest = launcher::platform_manifest_by_tag(client, cache);
   if (!manifest.ok()) {

@@ -316,7 +316,11 @@ int tasks_on_first_node() {
 // SLIPWAY_MASTER_PORTS is the range MASTER_PORT is chosen in, as the plugin's master_port_range.
 Result<std::vector<EnvSetting>> task_dl_env() {
   auto t = placement_from_env([](const char* n) -> const char* { return getenv(n); });
-  SLIPWAY_TRY(t);
+  if (!t.ok()) {
+    // An srun whose variables say less than usual: the command still runs, without them.
+    fail("warning: no RANK/WORLD_SIZE/... for this task: " + t.status().message());
+    return std::vector<EnvSetting>{};
+  }
   PortRange range;
   if (const char* r = getenv("SLIPWAY_MASTER_PORTS")) {
     auto parsed = parse_port_range(r);

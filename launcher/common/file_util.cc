@@ -2,8 +2,11 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include "common/unique_fd.h"
 
@@ -26,8 +29,13 @@ Result<std::string> read_file_limited(const std::string& path, size_t max_bytes,
 }
 
 Status write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  // pid and a random part: two hosts writing one shared cache never share a temp file.
+  unsigned long long r = 0;
+  (void)!::getrandom(&r, sizeof r, 0);
+  char suffix[40];
+  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%016llx", static_cast<int>(::getpid()), r);
+  const std::string tmp = path + suffix;
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status::from_errno("create " + tmp, errno);
   Status st;
   for (size_t done = 0; st.ok() && done < content.size();) {

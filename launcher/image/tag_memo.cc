@@ -51,8 +51,11 @@ Result<FetchedManifest> platform_manifest_by_tag(RegistryClient& client, const N
   const bool remember = !cache.root().empty() && cache.is_trusted();
   if (remember) {
     if (auto memo = read_memo(cache, ref)) {
+      // A failed HEAD (registry down, bad credentials) is the answer: the GETs would only repeat
+      // it. A HEAD without the digest, or with another one, falls back to them.
       auto named = client.head_manifest_digest(ref.tag);
-      if (named.ok() && *named == memo->named) {
+      SLIPWAY_TRY(named);
+      if (*named == memo->named) {
         auto kind = manifest_kind(memo->body);
         if (kind.ok() && *kind == ManifestKind::kManifest)
           return FetchedManifest{std::move(memo->body), memo->digest, ManifestKind::kManifest,

@@ -134,13 +134,40 @@ START_TEST(tag_resolved_again_with_head_only) {
   ck_assert_msg(next.ok(), "%s", next.status().message().c_str());
   ASSERT_SAME_STR(next->manifest_digest, moved);
   ck_assert_int_eq(env.reg->count_requests(m, "GET"), 2);
-  // A memo whose manifest does not match its digest is not used.
+  // A memo whose manifest does not match its digest is not used (not even for a HEAD).
   ck_assert(system(("for f in " + env.options().cache_dir + "/tags/*; do echo x >>$f; done").c_str()) == 0);
+  const int heads = env.reg->count_requests(m, "HEAD");
   auto damaged = import_image(env.ref("t/memo:v1"), env.options());
   ck_assert_msg(damaged.ok(), "%s", damaged.status().message().c_str());
   ASSERT_SAME_STR(damaged->manifest_digest, moved);
   ck_assert_int_eq(env.reg->count_requests(m, "GET"), 3);
+  ck_assert_int_eq(env.reg->count_requests(m, "HEAD"), heads);
   ck_assert(env.sb.surroundings_intact());
+}
+END_TEST
+
+// A tag naming an index: the memo keeps the index's digest (what HEAD says) and the amd64
+// manifest it led to; the second resolution is one HEAD, no GET of either.
+START_TEST(index_tag_resolved_again_with_head_only) {
+  Env env;
+  SKIP_WITHOUT_REGISTRY(env);
+  std::string amd = env.push_two_layers("t/idx");
+  std::string idx = std::string(R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[)") +
+                    R"({"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":")" + amd +
+                    R"(","size":1,"platform":{"os":"linux","architecture":"amd64"}}]})";
+  ck_assert(!env.reg->push_manifest("t/idx", "multi", idx,
+                                    "application/vnd.oci.image.index.v1+json").empty());
+  const std::string m = "/v2/t/idx/manifests/";
+  auto img = import_image(env.ref("t/idx:multi"), env.options());
+  ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+  ASSERT_SAME_STR(img->manifest_digest, amd);
+  const int gets = env.reg->count_requests(m, "GET");
+  ck_assert_int_eq(gets, 2);  // the index, then its amd64 manifest
+  auto again = import_image(env.ref("t/idx:multi"), env.options());
+  ck_assert_msg(again.ok() && again->was_cached, "%s", again.status().message().c_str());
+  ASSERT_SAME_STR(again->manifest_digest, amd);
+  ck_assert_int_eq(env.reg->count_requests(m, "GET"), gets);
+  ck_assert_int_eq(env.reg->count_requests(m, "HEAD"), 1);
 }
 END_TEST
 
@@ -364,6 +391,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, import_then_cached);
   tcase_add_test(tc, index_resolves_to_amd64);
   tcase_add_test(tc, tag_resolved_again_with_head_only);
+  tcase_add_test(tc, index_tag_resolved_again_with_head_only);
   tcase_add_test(tc, not_found_is_one_clear_line);
   tcase_add_test(tc, unreachable_registry_fails_fast);
   tcase_add_test(tc, corrupted_blob_is_rejected_and_not_cached);
