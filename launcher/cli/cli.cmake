@@ -1,5 +1,5 @@
 # The `slipway` command.
-add_executable(slipway cli/main.cc cli/cli_common.cc cli/run.cc cli/doctor.cc
+add_executable(slipway cli/main.cc cli/cli_common.cc cli/run.cc cli/run_step.cc cli/doctor.cc
   cli/cache_commands.cc)
 target_link_libraries(slipway PRIVATE slipway_launcher)
 # libstdc++ linked in: resolving its ~4,000 symbols at every start cost 0.5 ms of a ~3 ms launch
