@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "image/digest.h"
 #include "image/import.h"
@@ -54,6 +56,18 @@ struct Env {
                          .file(".wh.old", "").file("w/new", "n").finish();
     return reg->push_image(repo, "v1", kConfig, {l1, l2});
   }
+  // Pushes an OCI index of (manifest digest, architecture) entries, all linux, under TAG.
+  bool push_index(const std::string& repo, const std::string& tag,
+                  const std::vector<std::pair<std::string, std::string>>& entries) {
+    std::string idx = R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[)";
+    for (size_t i = 0; i < entries.size(); ++i)
+      idx += std::string(i ? "," : "") +
+             R"({"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":")" +
+             entries[i].first + R"(","size":1,"platform":{"os":"linux","architecture":")" +
+             entries[i].second + R"("}})";
+    idx += "]}";
+    return !reg->push_manifest(repo, tag, idx, "application/vnd.oci.image.index.v1+json").empty();
+  }
 };
 
 #define SKIP_WITHOUT_REGISTRY(env)                                              \
@@ -96,13 +110,7 @@ START_TEST(index_resolves_to_amd64) {
   SKIP_WITHOUT_REGISTRY(env);
   std::string amd = env.push_two_layers("multi/arch");
   std::string arm = env.reg->push_image("multi/arch", "arm", kConfig, {});
-  std::string idx = std::string(R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[)") +
-                    R"({"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":")" + arm +
-                    R"(","size":1,"platform":{"os":"linux","architecture":"arm64"}},)" +
-                    R"({"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":")" + amd +
-                    R"(","size":1,"platform":{"os":"linux","architecture":"amd64"}}]})";
-  ck_assert(!env.reg->push_manifest("multi/arch", "latest", idx,
-                                    "application/vnd.oci.image.index.v1+json").empty());
+  ck_assert(env.push_index("multi/arch", "latest", {{arm, "arm64"}, {amd, "amd64"}}));
   auto d = resolve_digest(env.ref("multi/arch"), env.options().registry);
   ck_assert_msg(d.ok(), "%s", d.status().message().c_str());
   ASSERT_SAME_STR(d->c_str(), amd.c_str());
@@ -152,11 +160,7 @@ START_TEST(index_tag_resolved_again_with_head_only) {
   Env env;
   SKIP_WITHOUT_REGISTRY(env);
   std::string amd = env.push_two_layers("t/idx");
-  std::string idx = std::string(R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[)") +
-                    R"({"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":")" + amd +
-                    R"(","size":1,"platform":{"os":"linux","architecture":"amd64"}}]})";
-  ck_assert(!env.reg->push_manifest("t/idx", "multi", idx,
-                                    "application/vnd.oci.image.index.v1+json").empty());
+  ck_assert(env.push_index("t/idx", "multi", {{amd, "amd64"}}));
   const std::string m = "/v2/t/idx/manifests/";
   auto img = import_image(env.ref("t/idx:multi"), env.options());
   ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
