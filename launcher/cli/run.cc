@@ -142,7 +142,8 @@ Result<EntrypointRun> entrypoint_in(const ContainerHolder& holder, const Prepare
                         entrypoint_start_env(std::move(env), p.image.config, p.opts));
 }
 
-void apply_exported(const Prepared& p, const std::vector<std::string>& vars) {
+// NAME=VALUE from the image (its Env, what its entrypoint exported), as image_may_set() allows.
+void apply_image_vars(const Prepared& p, const std::vector<std::string>& vars) {
   for (const auto& kv : vars) {
     size_t eq = kv.find('=');
     if (eq != std::string::npos && eq > 0 && image_may_set(p.opts, kv.substr(0, eq)))
@@ -231,13 +232,7 @@ TaskView task_view(const Prepared& p) {
   return view;
 }
 
-void apply_image_env(const Prepared& p) {
-  for (const auto& kv : p.image.config.env) {
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos && eq > 0 && image_may_set(p.opts, kv.substr(0, eq)))
-      setenv(kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
-  }
-}
+void apply_image_env(const Prepared& p) { apply_image_vars(p, p.image.config.env); }
 
 // Locks down and execs; never returns. `entered` says how getting into the container went.
 [[noreturn]] void exec_command(Status st, const Prepared& p, std::vector<std::string> command) {
@@ -258,7 +253,7 @@ void apply_image_env(const Prepared& p) {
                           const std::vector<std::string>& exported,
                           const std::vector<EnvSetting>& dl_env, std::vector<std::string> command) {
   apply_image_env(p);
-  apply_exported(p, exported);
+  apply_image_vars(p, exported);
   for (const auto& e : dl_env) setenv(e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0);
   exec_command(join_container(holder, p.spec, task_view(p)), p, std::move(command));
 }

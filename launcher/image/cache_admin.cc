@@ -22,6 +22,7 @@
 #include "image/cache.h"
 #include "image/fs_beneath.h"
 #include "image/image_ref.h"
+#include "image/import_squashfs.h"
 
 namespace slipway::launcher {
 namespace {
@@ -119,13 +120,8 @@ Status remove_unreferenced_blobs(const NodeCache& cache) {
   if (!names.ok()) return Status();  // a cache from before squashfs images: nothing to do
   for (const auto& key : *names) {
     const std::string memo = memos + "/" + key;
-    int fd = ::open(memo.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    char buf[80] = {};
-    ssize_t n = fd < 0 ? 0 : ::read(fd, buf, sizeof buf - 1);
-    if (fd >= 0) ::close(fd);
-    std::string digest(buf, n > 0 ? static_cast<size_t>(n) : 0);
-    digest = digest.substr(0, digest.find('\n'));
-    if ((!is_valid_digest(digest) || !published.count(digest.substr(7))) &&
+    const std::string digest = squashfs_memo_digest(memo);
+    if ((digest.empty() || !published.count(digest.substr(7))) &&
         ::unlink(memo.c_str()) == -1 && errno != ENOENT)
       return Status::from_errno("remove " + memo, errno);
   }

@@ -28,6 +28,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "common/file_util.h"
 #include "common/text.h"
 #include "image/archive_lazy.h"
 #include "image/digest.h"
@@ -66,32 +67,12 @@ std::string memo_path(const NodeCache& cache, const std::string& key) {
   return cache.root() + "/squashfs/" + key;
 }
 
-// The manifest digest the memo names, or "" (no memo, or not a digest).
 std::string read_memo(const NodeCache& cache, const std::string& key) {
-  UniqueFd fd(::open(memo_path(cache, key).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return "";
-  char buf[80] = {};
-  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
-  std::string d(buf, n > 0 ? static_cast<size_t>(n) : 0);
-  while (!d.empty() && d.back() == '\n') d.pop_back();
-  return is_valid_digest(d) ? d : "";
+  return squashfs_memo_digest(memo_path(cache, key));
 }
 
-// Called with the squashfs lock of KEY held: its tmp/ file is named after that lock.
 Status write_memo(const NodeCache& cache, const std::string& key, const std::string& digest) {
-  const std::string path = memo_path(cache, key);
-  const std::string tmp = cache.tmp_dir() + "/squashfs-" + key + "." + std::to_string(::getpid()) +
-                          "." + random_suffix() + ".memo";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd.valid()) return Status::from_errno("create " + tmp, errno);
-  const std::string line = digest + "\n";
-  Status st;
-  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-    st = Status::from_errno("write " + tmp, errno);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) == -1)
-    st = Status::from_errno("rename " + tmp + " to " + path, errno);
-  if (!st.ok()) ::unlink(tmp.c_str());
-  return st;
+  return write_file_atomic(memo_path(cache, key), digest + "\n");
 }
 
 // The last non-empty line of what FD (a memfd) holds, for an error message.
@@ -201,6 +182,13 @@ std::string config_json(const ImageConfig& config, const std::string& layer_dige
 }
 
 }  // namespace
+
+std::string squashfs_memo_digest(const std::string& memo_file) {
+  auto text = read_file_limited(memo_file, 128);
+  if (!text.ok()) return "";
+  std::string d = text->substr(0, text->find('\n'));
+  return is_valid_digest(d) ? d : "";
+}
 
 bool is_squashfs(int fd) {
   char magic[4] = {};

@@ -12,6 +12,9 @@
 
 namespace slipway::launcher {
 
+// The manifest digest a memo file (<cache>/squashfs/KEY) names, or "" (unreadable, not a digest).
+std::string squashfs_memo_digest(const std::string& memo_file);
+
 // Whether the file behind FD starts with the squashfs magic ("hsqs").
 bool is_squashfs(int fd);
 
