@@ -43,9 +43,8 @@ launcher::Status check_options(PluginState& st) {
   SLIPWAY_TRY(validate_options(st.options));
   for (const auto& m : st.options.mounts)
     if (m.is_bind() && access(m.source.c_str(), F_OK) != 0)
-      return launcher::Status::error("--container-mounts: source '" + m.source +
-                                         "' does not exist; create it or fix the path",
-                                     ENOENT);
+      return launcher::Status::error(
+          launcher::mount_source_missing(m.source) + "; create it or fix the path", ENOENT);
   return launcher::Status();
 }
 
@@ -56,6 +55,11 @@ int client_init_post_opt(spank_t) {
   if (auto checked = check_options(st); !checked.ok()) {
     log_error(checked.message());
     return -1;
+  }
+  // Relative paths were resolved here against this directory; the nodes use the same one.
+  if (st.options.wants_container()) {
+    char buf[4096];
+    if (getcwd(buf, sizeof buf)) setenv(kEnvClientCwd, buf, 1);
   }
   if (st.options.container_image.empty()) return 0;
   launcher::RefDefaults defaults;
@@ -81,7 +85,7 @@ int client_init_post_opt(spank_t) {
   launcher::RegistryClient client(*ref, registry_options(st.config));
   auto manifest = launcher::platform_manifest_by_tag(client, cache);
   if (!manifest.ok()) {
-    log_error(manifest.status().message());
+    log_error(launcher::import_failed(st.options.container_image, manifest.status()).message());
     return -1;
   }
   setenv(kEnvImageRef, canonical.c_str(), 1);

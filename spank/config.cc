@@ -75,6 +75,11 @@ constexpr std::array kConfigKeys = {
               [](PluginConfig& c, std::string_view v) {
                 return set_bool(c.remap_root, "remap_root", v);
               }},
+    ConfigKey{"writable", "default of --container-writable for unnamed containers (default 0; "
+                          "enroot's ENROOT_ROOTFS_WRITABLE)",
+              [](PluginConfig& c, std::string_view v) {
+                return set_bool(c.writable, "writable", v);
+              }},
     ConfigKey{"container_scope", "job (default): named containers end with the job; global: "
                                  "they persist across the user's jobs on the node",
               [](PluginConfig& c, std::string_view v) {

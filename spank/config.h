@@ -24,6 +24,7 @@ struct PluginConfig {
   bool execute_entrypoint = false;  // default of --container-entrypoint
   bool mount_home = true;        // default of --container-mount-home
   bool remap_root = false;       // default of --container-remap-root
+  bool writable = false;         // default of --container-writable (enroot's ROOTFS_WRITABLE)
   ContainerScope container_scope = ContainerScope::kJob;  // lifetime of named containers
   std::string mounts;            // extra mounts for every container, --container-mounts syntax
   bool honor_pyxis_env = true;   // read PYXIS_CONTAINER_* as well as SLIPWAY_CONTAINER_*

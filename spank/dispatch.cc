@@ -103,6 +103,12 @@ int register_options(spank_t sp) {
 
 }  // namespace
 
+std::string client_cwd(spank_t sp) {
+  for (const char* name : {kEnvClientCwd, "SLURM_SUBMIT_DIR", "PWD"})
+    if (auto dir = job_getenv(sp, name); dir && !dir->empty() && (*dir)[0] == '/') return *dir;
+  return "/";
+}
+
 void load_remote_options(spank_t sp, const std::string& cwd) {
   PluginState& ps = state();
   ps.options = JobOptions();

@@ -41,7 +41,7 @@ struct PluginState {
   std::optional<launcher::ImportedImage> image;  // set by user_init on success
   launcher::LaunchSpec spec;                     // the node's container, as the holder built it
   launcher::ContainerHolder holder;              // the node's container for this step
-  std::optional<launcher::SeccompProgram> seccomp;  // --container-remap-root, for every task
+  std::optional<launcher::SeccompProgram> seccomp;  // runtime/seccomp.h, for every task
   std::string cache_dir;                         // the node cache this step uses
   std::string deferred_error;                    // set by user_init on failure
   std::string named_dir;                         // --container-name: its directory on this node
@@ -57,6 +57,9 @@ PluginState& state();
 // Environment variables by which srun/sbatch/salloc pin the image digest for every node.
 inline constexpr const char* kEnvImageRef = "SLIPWAY_IMAGE_REF";
 inline constexpr const char* kEnvImageDigest = "SLIPWAY_IMAGE_DIGEST";
+// The directory srun/sbatch/salloc ran in, against which relative paths in options resolve on the
+// nodes as they did in the client (SLURM_SUBMIT_DIR is the allocation's, not a later srun's).
+inline constexpr const char* kEnvClientCwd = "SLIPWAY_CLIENT_CWD";
 
 // Context handlers, one file each: client.cc (srun, sbatch, salloc), remote_import.cc (user_init),
 // remote_task.cc (task_init). Each returns 0 or -1 and never throws.
@@ -68,6 +71,10 @@ int remote_exit(spank_t sp);
 // Fills state().options from the options slurmstepd received in the launch message, then from the
 // job's SLIPWAY_CONTAINER_* / PYXIS_CONTAINER_* variables; relative paths resolve against `cwd`.
 void load_remote_options(spank_t sp, const std::string& cwd);
+
+// The directory relative paths in options resolve against on a node: kEnvClientCwd, else
+// SLURM_SUBMIT_DIR, else PWD, else "/".
+std::string client_cwd(spank_t sp);
 
 // remote_container.cc: the node's container for the step (named or not), started in user_init
 // once the image is known; finish at the end of the step (slurm_spank_exit); job epilog cleanup.

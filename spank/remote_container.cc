@@ -40,11 +40,12 @@ std::string node_name() {
 }
 
 launcher::SiteDefaults site_defaults(const PluginConfig& cfg) {
-  return {.mount_home = cfg.mount_home, .remap_root = cfg.remap_root, .mounts = cfg.mounts};
+  return {.mount_home = cfg.mount_home, .remap_root = cfg.remap_root, .writable = cfg.writable,
+          .mounts = cfg.mounts};
 }
 
 // --container-entrypoint: the image's entrypoint runs once per node, in the container, before the
-// tasks (options/entrypoint.h), with the job's environment under the image's Env.
+// tasks (options/entrypoint.h), with the image's Env and the --container-env names of the job's.
 Status run_entrypoint(spank_t sp, PluginState& st) {
   const auto& entrypoint = st.image->config.entrypoint;
   if (!st.options.entrypoint.value_or(st.config.execute_entrypoint) || entrypoint.empty())
@@ -57,7 +58,7 @@ Status run_entrypoint(spank_t sp, PluginState& st) {
     EuidRoot root;  // the entrypoint's child becomes the user; slurmstepd stays root meanwhile
     return launcher::run_entrypoint(
         st.holder, st.spec, entrypoint,
-        launcher::entrypoint_start_env(std::move(job_env), st.image->config, st.options));
+        launcher::entrypoint_start_env(job_env, st.image->config, st.options));
   }();
   SLIPWAY_TRY(r);
   st.entrypoint_output = std::move(r->output);
@@ -99,13 +100,12 @@ Status start_node_container(spank_t sp, PluginState& st) {
   auto spec = launcher::plan_container(st.options, site_defaults(st.config), in);
   SLIPWAY_TRY(spec);
   SLIPWAY_TRY(prepare_dl_node(sp, st, *spec));
-  // Compiled here, in slurmstepd itself: tasks are forked from a threaded process and then enter
-  // the container, where neither dlopen(3) nor the host's libseccomp should be used.
-  if (spec->remap_root) {
-    auto filter = launcher::compile_fake_root_filter();
-    SLIPWAY_TRY(filter);
-    st.seccomp = std::move(*filter);
-  }
+  // Every container gets the filter, as with pyxis (runtime/seccomp.h). Compiled here, in
+  // slurmstepd itself: tasks are forked from a threaded process and then enter the container,
+  // where neither dlopen(3) nor the host's libseccomp should be used.
+  auto filter = launcher::compile_fake_root_filter();
+  SLIPWAY_TRY(filter);
+  st.seccomp = std::move(*filter);
   if (!st.named_dir.empty() && !st.named_exists)
     SLIPWAY_TRY(launcher::record_named_container_image(st.named_dir, st.image->manifest_digest));
   // The holder becomes the user itself; slurmstepd's own threads stay root meanwhile.

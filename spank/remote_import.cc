@@ -23,9 +23,7 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   PluginState& st = state();
   launcher::RefDefaults defaults;
   defaults.default_registry = st.config.default_registry;
-  if (auto dir = job_getenv(sp, "SLURM_SUBMIT_DIR").value_or(job_getenv(sp, "PWD").value_or(""));
-      !dir.empty())
-    defaults.cwd = dir;
+  defaults.cwd = client_cwd(sp);
   auto ref = launcher::parse_image_ref(st.options.container_image, defaults);
   SLIPWAY_TRY(ref);
   auto pinned_ref = job_getenv(sp, kEnvImageRef);
@@ -48,9 +46,11 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
     if (show_progress) opts.progress = progress;
     return launcher::import_image(ref, opts);
   };
-  return import_as_user(ids, work, [](std::string_view line) {
+  auto image = import_as_user(ids, work, [](std::string_view line) {
     slurm_spank_log("slipway: %.*s", static_cast<int>(line.size()), line.data());
   });
+  if (!image.ok()) return launcher::import_failed(st.options.container_image, image.status());
+  return image;
 }
 
 
@@ -94,8 +94,7 @@ int remote_user_init(spank_t sp) {
   // as the job user while we work here (import_child.h).
   OnlyThisThreadIsTheUser identity;
   PluginState& st = state();
-  // Relative paths in options are the submission directory's (SLURM_SUBMIT_DIR; PWD may be unset).
-  load_remote_options(sp, job_getenv(sp, "SLURM_SUBMIT_DIR").value_or(job_getenv(sp, "PWD").value_or("/")));
+  load_remote_options(sp, client_cwd(sp));
   if (!st.deferred_error.empty() || !st.options.wants_container()) return 0;
   auto ids = step_ids(sp);
   if (!ids) {

@@ -50,19 +50,14 @@ launcher::TaskView task_view(spank_t sp, const PluginState& st) {
   return view;
 }
 
-// The image's Env and what its entrypoint exported, with the precedence of image_may_set().
+// The image's Env and what its entrypoint exported (launcher::image_settings()); HOME inside.
 void apply_image_env(spank_t sp, const PluginState& st) {
-  auto apply = [&](const std::vector<std::string>& vars) {
-    for (const auto& kv : vars) {
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) continue;
-      std::string name = kv.substr(0, eq);
-      if (launcher::image_may_set(st.options, name))
-        spank_setenv(sp, name.c_str(), kv.c_str() + eq + 1, 1);
-    }
-  };
-  apply(st.image->config.env);
-  apply(st.entrypoint_env);
+  auto job_has = [&](const std::string& name) { return job_getenv(sp, name.c_str()).has_value(); };
+  for (const auto& [name, value] :
+       launcher::image_settings(st.options, st.image->config.env, st.entrypoint_env, job_has))
+    spank_setenv(sp, name.c_str(), value.c_str(), 1);
+  if (auto home = launcher::container_home(st.spec, home_of(st.ids->uid)); !home.empty())
+    spank_setenv(sp, "HOME", home.c_str(), 1);
 }
 
 // PMIx inside the container (platform.md): without the server's directory bound, the shared

@@ -75,7 +75,7 @@ struct Prepared {
   ImportedImage image;
   LaunchSpec spec;
   std::optional<NamedContainer> named;
-  std::optional<SeccompProgram> seccomp;  // --container-remap-root: compiled before entering
+  std::optional<SeccompProgram> seccomp;  // compiled before entering (runtime/seccomp.h)
   bool entrypoint = false;                // --container-entrypoint, and the image has one
   bool save = false;                      // --container-save, and this node saves
 };
@@ -116,15 +116,14 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   SLIPWAY_TRY(make_private_dirs(cache + "/mnt"));
   auto spec = plan_container(p.opts, SiteDefaults{.mount_home = env_flag("SLIPWAY_MOUNT_HOME", true),
                                                     .remap_root = env_flag("SLIPWAY_REMAP_ROOT", false),
+                                                    .writable = env_flag("SLIPWAY_WRITABLE", false),
                                                     .mounts = env_or("SLIPWAY_MOUNTS", "")},
                              in);
   SLIPWAY_TRY(spec);
   p.spec = std::move(*spec);
-  if (p.spec.remap_root) {
-    auto filter = compile_fake_root_filter();
-    SLIPWAY_TRY(filter);
-    p.seccomp = std::move(*filter);
-  }
+  auto filter = compile_fake_root_filter();
+  SLIPWAY_TRY(filter);
+  p.seccomp = std::move(*filter);
   p.entrypoint = p.opts.entrypoint.value_or(env_flag("SLIPWAY_EXECUTE_ENTRYPOINT", false)) &&
                  !p.image.config.entrypoint.empty();
   // As with the plugin, the step's first node saves (under srun, its last task to finish).
@@ -139,16 +138,16 @@ Result<EntrypointRun> entrypoint_in(const ContainerHolder& holder, const Prepare
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   return run_entrypoint(holder, p.spec, p.image.config.entrypoint,
-                        entrypoint_start_env(std::move(env), p.image.config, p.opts));
+                        entrypoint_start_env(env, p.image.config, p.opts));
 }
 
-// NAME=VALUE from the image (its Env, what its entrypoint exported), as image_may_set() allows.
-void apply_image_vars(const Prepared& p, const std::vector<std::string>& vars) {
-  for (const auto& kv : vars) {
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos && eq > 0 && image_may_set(p.opts, kv.substr(0, eq)))
-      setenv(kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
-  }
+// The image's Env and what its entrypoint exported (image_settings()); HOME inside.
+void apply_image_env(const Prepared& p, const std::vector<std::string>& exported) {
+  auto job_has = [](const std::string& name) { return getenv(name.c_str()) != nullptr; };
+  for (const auto& [name, value] : image_settings(p.opts, p.image.config.env, exported, job_has))
+    setenv(name.c_str(), value.c_str(), 1);
+  if (auto home = container_home(p.spec, env_or("HOME", "")); !home.empty())
+    setenv("HOME", home.c_str(), 1);
 }
 
 // --container-save: the container's changes (the overlay's upper directory: on the holder's tmpfs,
@@ -232,8 +231,6 @@ TaskView task_view(const Prepared& p) {
   return view;
 }
 
-void apply_image_env(const Prepared& p) { apply_image_vars(p, p.image.config.env); }
-
 // Locks down and execs; never returns. `entered` says how getting into the container went.
 [[noreturn]] void exec_command(Status st, const Prepared& p, std::vector<std::string> command) {
   if (st.ok() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
@@ -252,8 +249,7 @@ void apply_image_env(const Prepared& p) { apply_image_vars(p, p.image.config.env
 [[noreturn]] void exec_in(const ContainerHolder& holder, const Prepared& p,
                           const std::vector<std::string>& exported,
                           const std::vector<EnvSetting>& dl_env, std::vector<std::string> command) {
-  apply_image_env(p);
-  apply_image_vars(p, exported);
+  apply_image_env(p, exported);
   for (const auto& e : dl_env) setenv(e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0);
   exec_command(join_container(holder, p.spec, task_view(p)), p, std::move(command));
 }
@@ -301,7 +297,7 @@ int cmd_run(std::vector<std::string>& args) {
   // Alone, this process becomes the container: no holder, no fork, nothing left behind. The
   // entrypoint and --container-save need the container before and after the command: a holder.
   if (run_dir.empty() && !p->entrypoint && !p->save && is_single_threaded()) {
-    apply_image_env(*p);
+    apply_image_env(*p, {});
     exec_command(enter_container(p->spec, task_view(*p)), *p, std::move(command));
   }
   std::vector<EnvSetting> dl_env;

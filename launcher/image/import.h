@@ -44,6 +44,13 @@ struct ImportedImage {
 // from its config and layer diff_ids).
 Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opts);
 
+// CAUSE of a failed import of TEXT (the image as the user wrote it), with pyxis's phrase in front,
+// which users and scripts look for: "failed to import docker image 'TEXT': CAUSE".
+inline Status import_failed(const std::string& text, const Status& cause) {
+  return Status::error("failed to import docker image '" + text + "': " + cause.message(),
+                       cause.error_number());
+}
+
 // The published image MANIFEST_DIGEST in the cache, if it is there (no lock, no network).
 Result<ImportedImage> find_cached_image(const NodeCache& cache, std::string_view manifest_digest);
 

@@ -32,12 +32,14 @@ Status add_mounts(const JobOptions& opts, const SiteDefaults& site, const std::s
   for (const auto& m : all) {
     struct stat s;
     if (m.is_bind() && stat(m.source.c_str(), &s) != 0)
-      return Status::error("--container-mounts: source '" + m.source + "' does not exist on " +
-                               node + "; create it or fix the path",
+      return Status::error(mount_source_missing(m.source) + " on " + node +
+                               "; create it or fix the path",
                            ENOENT);
     spec.binds.push_back({.source = m.source, .destination = m.destination,
                           .read_only = m.read_only, .recursive = m.recursive,
-                          .no_exec = m.no_exec, .tmpfs = m.kind == MountSpec::Kind::kTmpfs,
+                          .no_exec = m.no_exec, .unbindable = m.unbindable,
+                          .tmpfs_options = m.tmpfs_options,
+                          .tmpfs = m.kind == MountSpec::Kind::kTmpfs,
                           .detach = m.kind == MountSpec::Kind::kUmount});
   }
   return Status();
@@ -54,18 +56,28 @@ Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& si
   spec.gid = in.gid;
   spec.remap_root = opts.remap_root.value_or(site.remap_root);
   const bool named = !in.named_dir.empty();
-  spec.writable = opts.writable.value_or(named);  // a named container is meant to change
+  spec.writable = opts.writable.value_or(named || site.writable);  // a named one is meant to change
   if (named) spec.persistent_dir = in.named_dir;
   spec.unshare_net = opts.unshare.net;
   spec.unshare_ipc = opts.unshare.ipc;
   spec.unshare_uts = opts.unshare.uts;
+  // As pyxis: root's home inside is root's, so with root remapped the user's home is bound there.
   if (opts.mount_home.value_or(site.mount_home) && is_dir(in.home))
-    spec.binds.push_back({.source = in.home, .destination = in.home});
+    spec.binds.push_back({.source = in.home,
+                          .destination = spec.remap_root ? kRemappedHome : in.home});
   SLIPWAY_TRY(add_mounts(opts, site, in.node, spec));
   // With root remapped inside, PMIx can only authenticate through munge (platform.md).
   if (spec.remap_root && is_dir("/run/munge"))
     spec.binds.push_back({.source = "/run/munge", .destination = "/run/munge"});
   spec.host_files = {"/etc/hosts", "/etc/resolv.conf"};
+  // apt drops to its _apt user to download and then checks that it did: with set*id calls as
+  // no-ops (runtime/seccomp.h) that check fails ("Could not switch group"), so apt keeps root
+  // instead, as enroot's apt hook has it. Written only where the image has apt's directory.
+  if (spec.remap_root)
+    spec.files.push_back({.path = "/etc/apt/apt.conf.d/99slipway-remap-root",
+                          .content = "// slipway --container-remap-root: set*id calls are no-ops "
+                                     "here, so apt cannot drop to _apt\n"
+                                     "APT::Sandbox::User \"root\";\n"});
   return spec;
 }
 
@@ -100,12 +112,33 @@ void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const
   view.workdir = cwd;
 }
 
-bool image_may_set(const JobOptions& opts, const std::string& name) {
+bool image_may_set(const JobOptions& opts, const std::string& name, bool job_has_it) {
   for (const char* p : {"SLURM_", "PMIX_", "PMI_", "OMPI_", "SLIPWAY_"})
     if (name.rfind(p, 0) == 0) return false;
   for (const auto& keep : opts.env_names)
-    if (keep == name) return false;
+    if (keep == name) return !job_has_it;
   return true;
+}
+
+std::vector<std::pair<std::string, std::string>> image_settings(
+    const JobOptions& opts, const std::vector<std::string>& image_env,
+    const std::vector<std::string>& exported,
+    const std::function<bool(const std::string&)>& job_has) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto* vars : {&image_env, &exported})
+    for (const auto& kv : *vars) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) continue;
+      std::string name = kv.substr(0, eq);
+      if (image_may_set(opts, name, job_has(name))) out.emplace_back(std::move(name), kv.substr(eq + 1));
+    }
+  return out;
+}
+
+std::string container_home(const LaunchSpec& spec, const std::string& home) {
+  for (const auto& b : spec.binds)
+    if (!home.empty() && b.source == home && b.destination == kRemappedHome) return kRemappedHome;
+  return "";
 }
 
 Status make_private_dirs(const std::string& path) { return make_dirs(path, 0700); }

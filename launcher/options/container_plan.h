@@ -5,7 +5,10 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "image/cache.h"
@@ -19,6 +22,7 @@ namespace slipway::launcher {
 struct SiteDefaults {
   bool mount_home = true;
   bool remap_root = false;
+  bool writable = false;  // a writable root by default (named containers always are)
   std::string mounts;  // extra mounts for every container, --container-mounts syntax
 };
 
@@ -50,9 +54,22 @@ Result<std::string> named_container_image(const std::string& dir, const std::str
 Status record_named_container_image(const std::string& dir, const std::string& digest);
 
 // Environment precedence (slipway(1), ENVIRONMENT): the image's Env (and what its entrypoint
-// exported) override the job's environment, except the variables named by --container-env and the
-// per-task ones (SLURM_*, PMIX_*, PMI_*, OMPI_*, SLIPWAY_*), which the image never sets.
-bool image_may_set(const JobOptions& opts, const std::string& name);
+// exported) override the job's environment, except the per-task variables (SLURM_*, PMIX_*, PMI_*,
+// OMPI_*, SLIPWAY_*), which the image never sets, and the variables named by --container-env that
+// the job has (JOB_HAS_IT): a name the job lacks keeps the image's value, as in pyxis.
+bool image_may_set(const JobOptions& opts, const std::string& name, bool job_has_it);
+
+// What the image sets in a task: its Env, then what its entrypoint exported, as image_may_set()
+// allows, every name judged against the job's environment before any is set (JOB_HAS).
+std::vector<std::pair<std::string, std::string>> image_settings(
+    const JobOptions& opts, const std::vector<std::string>& image_env,
+    const std::vector<std::string>& exported,
+    const std::function<bool(const std::string&)>& job_has);
+
+// Where --container-mount-home binds the home directory with --container-remap-root.
+inline constexpr const char* kRemappedHome = "/root";
+// HOME inside the container when it differs from the job's (kRemappedHome); else empty.
+std::string container_home(const LaunchSpec& spec, const std::string& home);
 
 // A task's working directory: --container-workdir; else the image's WorkingDir (IMAGE_WORKDIR,
 // when absolute and not "/"), as pyxis does; else `cwd`, which is then bound into the container

@@ -8,14 +8,20 @@
 
 namespace slipway::launcher {
 
-std::vector<std::string> entrypoint_start_env(std::vector<std::string> env,
+std::vector<std::string> entrypoint_start_env(const std::vector<std::string>& job_env,
                                               const ImageConfig& config, const JobOptions& opts) {
-  for (const auto& kv : config.env) {
-    const std::string name = kv.substr(0, kv.find('='));
-    if (name.empty() || !image_may_set(opts, name)) continue;
-    std::erase_if(env, [&](const std::string& e) { return e.compare(0, name.size() + 1, name + "=") == 0; });
+  std::vector<std::string> env = config.env;
+  auto set = [&](const std::string& kv) {
+    const std::string prefix = kv.substr(0, kv.find('=') + 1);
+    std::erase_if(env, [&](const std::string& e) { return e.compare(0, prefix.size(), prefix) == 0; });
     env.push_back(kv);
-  }
+  };
+  for (const auto& name : opts.env_names)
+    for (const auto& kv : job_env)
+      if (kv.compare(0, name.size() + 1, name + "=") == 0) set(kv);
+  const bool has_path = std::any_of(env.begin(), env.end(),
+                                    [](const std::string& e) { return e.rfind("PATH=", 0) == 0; });
+  if (!has_path) env.push_back(std::string("PATH=") + kDefaultPath);
   return env;
 }
 

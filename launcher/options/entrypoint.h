@@ -1,5 +1,5 @@
 // --container-entrypoint for the plugin and `slipway run` alike: the image's entrypoint runs once
-// per node's container, before the tasks, with the job's environment under the image's Env; it
+// per node's container, before the tasks, with the image's Env and the --container-env names; it
 // ends by exec'ing a shell that hands its environment back through fd 3 (entrypoints end with
 // `exec "$@"`, as Docker's and enroot's /etc/rc do), and what it exported reaches every task.
 #pragma once
@@ -21,9 +21,14 @@ struct EntrypointRun {
   std::string output;                 // its stdout and stderr, for --container-entrypoint-log
 };
 
-// The environment the entrypoint starts with: JOB_ENV with the image's Env over it, as for the
-// tasks (image_may_set()).
-std::vector<std::string> entrypoint_start_env(std::vector<std::string> job_env,
+// PATH for an image whose Env sets none (what Docker gives such an image).
+inline constexpr const char* kDefaultPath =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+// The environment the entrypoint starts with, as pyxis gives it: the image's Env, with the job's
+// values of the --container-env names (those the job has) over it; not the rest of the job's
+// environment, which the tasks get after it. PATH defaults to kDefaultPath.
+std::vector<std::string> entrypoint_start_env(const std::vector<std::string>& job_env,
                                               const ImageConfig& config, const JobOptions& opts);
 
 // What an environment block (NUL-separated, as /proc/self/environ) has that BEFORE had not; the

@@ -52,10 +52,27 @@ Status set_mounts(JobOptions& o, std::string_view v, std::string_view cwd) {
   return Status();
 }
 
+// A path inside the container, made absolute and normal as pyxis has it: relative to the
+// container's root, where ".." of "/" is "/" (the working directory is entered after pivot_root,
+// so no spelling can lead outside).
+std::string container_path(std::string_view v) {
+  std::vector<std::string_view> parts;
+  for (auto c : split(v, '/')) {
+    if (c.empty() || c == ".") continue;
+    if (c == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.push_back(c);
+  }
+  std::string out;
+  for (auto c : parts) out += "/" + std::string(c);
+  return out.empty() ? "/" : out;
+}
+
 Status set_workdir(JobOptions& o, std::string_view v, std::string_view) {
-  if (v.empty() || v[0] != '/' || has_dotdot(v))
-    return bad("container-workdir", v, "must be an absolute path inside the container, e.g. /work");
-  o.workdir = std::string(v);
+  if (v.empty()) return bad("container-workdir", v, "needs a directory inside the container, e.g. /work");
+  o.workdir = container_path(v);
   return Status();
 }
 
@@ -98,7 +115,10 @@ Status set_unshare(JobOptions& o, std::string_view v, std::string_view) {
     if (n == "net") o.unshare.net = true;
     else if (n == "ipc") o.unshare.ipc = true;
     else if (n == "uts") o.unshare.uts = true;
-    else return bad("container-unshare", v, "takes net, ipc and uts, separated by commas");
+    else
+      return bad("container-unshare", v,
+                 "names an unknown namespace '" + std::string(n) +
+                     "'; it takes net, ipc and uts, separated by commas");
   }
   return Status();
 }
@@ -232,6 +252,10 @@ std::optional<bool> parse_bool(std::string_view v) {
 
 std::span<const OptionSpec> option_table() { return kOptions; }
 
+std::string mount_source_missing(const std::string& source) {
+  return "--container-mounts: source path does not exist: '" + source + "'";
+}
+
 Result<DlGpus> parse_dl_gpus(std::string_view text) {
   DlGpus g;
   if (text == "none" || text == "auto") {
@@ -248,6 +272,56 @@ Result<DlGpus> parse_dl_gpus(std::string_view text) {
   g.mode = DlGpus::Mode::kCount;
   g.count = n;
   return g;
+}
+
+// tmpfs(5) options a tmpfs:DST entry may give, each with what its value must look like.
+bool is_tmpfs_option(std::string_view flag) {
+  const size_t eq = flag.find('=');
+  if (eq == flag.npos || eq + 1 == flag.size()) return false;
+  const std::string_view key = flag.substr(0, eq), value = flag.substr(eq + 1);
+  auto all_of = [&](std::string_view chars, std::string_view v) {
+    return !v.empty() && v.find_first_not_of(chars) == v.npos;
+  };
+  auto is_count = [&](std::string_view v, std::string_view suffixes) {
+    if (!v.empty() && suffixes.find(v.back()) != suffixes.npos) v.remove_suffix(1);
+    return all_of("0123456789", v);
+  };
+  if (key == "size") return is_count(value, "kKmMgG%");
+  if (key == "nr_inodes") return is_count(value, "kKmMgG");
+  if (key == "mode") return value.size() <= 4 && all_of("01234567", value);
+  if (key == "huge")
+    return value == "never" || value == "always" || value == "within_size" || value == "advise";
+  return false;
+}
+
+// pyxis passes FLAGS to enroot as mount options; these are the ones that mean something here.
+// Binds are always nosuid and nodev, and private: the container's mount namespace never
+// propagates mounts to or from the host, so slave and shared are refused rather than ignored.
+Status apply_mount_flag(MountSpec& m, std::string_view flag, std::string_view entry) {
+  if (flag == "ro") m.read_only = true;
+  else if (flag == "rw") m.read_only = false;
+  else if (flag == "rbind") m.recursive = true;
+  else if (flag == "norbind") m.recursive = false;
+  else if (flag == "noexec") m.no_exec = true;
+  else if (flag == "unbindable" || flag == "runbindable") m.unbindable = true;
+  else if (flag == "nosuid" || flag == "nodev" || flag == "private" || flag == "rprivate") {
+  } else if (flag == "slave" || flag == "rslave" || flag == "shared" || flag == "rshared")
+    return bad("container-mounts", entry,
+               "asks for propagation '" + std::string(flag) +
+                   "'; container mounts are always private here: use private or drop it");
+  else if (m.kind == MountSpec::Kind::kTmpfs && flag.find('=') != flag.npos) {
+    if (!is_tmpfs_option(flag))
+      return bad("container-mounts", entry,
+                 "has a bad tmpfs option '" + std::string(flag) +
+                     "'; use size=N[k|m|g|%], mode=OCTAL, nr_inodes=N[k|m|g], "
+                     "huge=never|always|within_size|advise");
+    m.tmpfs_options += (m.tmpfs_options.empty() ? "" : ",") + std::string(flag);
+  } else
+    return bad("container-mounts", entry,
+               "has an unknown flag '" + std::string(flag) +
+                   "'; use ro, rw, rbind, norbind, noexec, nosuid, nodev, private, rprivate, "
+                   "unbindable (tmpfs: also size=, mode=, nr_inodes=, huge=)");
+  return Status();
 }
 
 Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_view cwd) {
@@ -271,25 +345,8 @@ Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_v
       return bad("container-mounts", entry, "takes no flags: umount:/DST");
     if (m.is_bind() && has_dotdot(m.source))
       return bad("container-mounts", entry, "has '..' in its source; give a plain path");
-    // pyxis passes FLAGS to enroot as mount options; these are the ones that mean something for
-    // a bind. Binds are always nosuid and nodev, and private: the container's mount namespace
-    // never propagates mounts to or from the host.
-    for (auto flag : f.size() > 2 ? split(f[2], '+') : std::vector<std::string_view>{}) {
-      if (flag == "ro") m.read_only = true;
-      else if (flag == "rw") m.read_only = false;
-      else if (flag == "rbind") m.recursive = true;
-      else if (flag == "norbind") m.recursive = false;
-      else if (flag == "noexec") m.no_exec = true;
-      else if (flag == "nosuid" || flag == "nodev" || flag == "private" || flag == "rprivate") {
-      } else if (flag == "slave" || flag == "rslave" || flag == "shared" || flag == "rshared")
-        return bad("container-mounts", entry,
-                   "asks for propagation '" + std::string(flag) +
-                       "'; container mounts are always private here: use private or drop it");
-      else
-        return bad("container-mounts", entry,
-                   "has an unknown flag; use ro, rw, rbind, norbind, noexec, nosuid, nodev, "
-                   "private, rprivate");
-    }
+    for (auto flag : f.size() > 2 ? split(f[2], '+') : std::vector<std::string_view>{})
+      SLIPWAY_TRY(apply_mount_flag(m, flag, entry));
     out.push_back(std::move(m));
   }
   return out;

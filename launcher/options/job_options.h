@@ -60,13 +60,15 @@ struct DlGpus {
   int count = 0;
 };
 
-// One --container-mounts entry: SRC[:DST[:FLAGS]], FLAGS joined by '+': ro, rw, rbind, norbind.
+// One --container-mounts entry: SRC[:DST[:FLAGS]], FLAGS joined by '+' (parse_mounts()).
 struct MountSpec {
   std::string source;
   std::string destination;
   bool read_only = false;
   bool recursive = true;
   bool no_exec = false;
+  bool unbindable = false;   // flag unbindable or runbindable (mount_namespaces(7))
+  std::string tmpfs_options = {};  // tmpfs:DST only: size=, mode=, nr_inodes=, huge=, comma-joined
   // pyxis's special sources: "tmpfs" mounts a fresh tmpfs at DST, "umount" removes the mount at
   // DST (one the image or a default put there, e.g. /tmp). SOURCE is then that word.
   enum class Kind { kBind, kTmpfs, kUmount } kind = Kind::kBind;
@@ -104,6 +106,9 @@ struct JobOptions {
 };
 
 Result<DlGpus> parse_dl_gpus(std::string_view text);
+
+// "--container-mounts: source path does not exist: 'SRC'" (pyxis's phrase, which scripts grep).
+std::string mount_source_missing(const std::string& source);
 Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_view cwd);
 
 // Validates `arg` for option `id` and stores it in `opts`. The error names the option and the fix.

@@ -28,6 +28,10 @@
 namespace slipway::launcher {
 namespace {
 
+// openat2(2) of a path inside a container root, as if it were "/" (symlinks stay inside).
+constexpr struct open_how kInRoot = {.flags = O_PATH | O_CLOEXEC, .mode = 0,
+                                     .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+
 Status write_proc_file(const char* path, const std::string& data) {
   UniqueFd fd(open(path, O_WRONLY | O_CLOEXEC));
   if (!fd.valid()) return Status::from_errno(std::string("open ") + path, errno);
@@ -164,9 +168,38 @@ Status bind_dev_entry(int dev, const char* name, BindFlags flags) {
   return Status();
 }
 
+// --container-unshare=ipc: POSIX shared memory and message queues of the container's own, as its
+// System V IPC is: a fresh tmpfs on /dev/shm and the new IPC namespace's mqueue filesystem
+// (mq_overview(7): an mqueue mount shows the queues of the mounter's IPC namespace).
+Status mount_private_ipc(int dev) {
+  for (const char* d : {"shm", "mqueue"})
+    SLIPWAY_SYS(mkdirat(dev, d, d[0] == 's' ? 01777 : 0755), std::string("mkdir /dev/") + d);
+  auto at = [&](const char* d) { return fd_path(dev) + "/" + d; };
+  SLIPWAY_SYS(mount("shm", at("shm").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"),
+              "mount a private /dev/shm");
+  SLIPWAY_SYS(mount("mqueue", at("mqueue").c_str(), "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    nullptr),
+              "mount a private /dev/mqueue");
+  return Status();
+}
+
+// Terminals: a devpts of the container's own, whose ptmx anyone may open (ptmxmode=0666; /dev/ptmx
+// links to it). The node's devpts is often mounted with ptmxmode=000, its ptmx reachable only
+// through the /dev/ptmx device node, and a bind of that node cannot find its devpts from inside
+// (devpts_acquire() in fs/devpts/inode.c looks for "pts" beside the node's own dentry): openpty(3)
+// would fail. devpts may be mounted in a user namespace (FS_USERNS_MOUNT); no gid= since the tty
+// group is not mapped. The terminal of `srun --pty` stays an inherited descriptor.
+Status mount_devpts(int dev) {
+  SLIPWAY_SYS(mkdirat(dev, "pts", 0755), "mkdir /dev/pts in container");
+  SLIPWAY_SYS(mount("devpts", (fd_path(dev) + "/pts").c_str(), "devpts", MS_NOSUID | MS_NOEXEC,
+                    "newinstance,ptmxmode=0666,mode=0620"),
+              "mount devpts on /dev/pts");
+  return Status();
+}
+
 // A fresh /dev holding only the harmless device nodes (bound from the host: a tmpfs made in a user
-// namespace cannot hold usable device nodes), shared memory and ptys.
-Status mount_dev(int root_fd) {
+// namespace cannot hold usable device nodes), shared memory, message queues and ptys.
+Status mount_dev(int root_fd, bool private_ipc) {
   auto point = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
   SLIPWAY_TRY(point);
   SLIPWAY_SYS(mount("tmpfs", fd_path(point->get()).c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC,
@@ -179,15 +212,20 @@ Status mount_dev(int root_fd) {
   if (!dev.valid()) return Status::from_errno("open /dev in container", errno);
   for (const char* node : kDeviceNodes)
     SLIPWAY_TRY(bind_dev_entry(dev.get(), node, {.recursive = false, .allow_devices = true}));
-  SLIPWAY_TRY(bind_dev_entry(dev.get(), "shm", {.recursive = false}));
-  SLIPWAY_TRY(bind_dev_entry(dev.get(), "pts", {.recursive = false, .allow_devices = true}));
+  if (private_ipc) {
+    SLIPWAY_TRY(mount_private_ipc(dev.get()));
+  } else {
+    SLIPWAY_TRY(bind_dev_entry(dev.get(), "shm", {.recursive = false}));
+    SLIPWAY_TRY(bind_dev_entry(dev.get(), "mqueue", {.recursive = false}));
+  }
+  SLIPWAY_TRY(mount_devpts(dev.get()));
   for (const auto& link : kDevLinks)
     SLIPWAY_SYS(symlinkat(link[1], dev.get(), link[0]), std::string("symlink /dev/") + link[0]);
   return Status();
 }
 
-Status mount_system(int root_fd) {
-  SLIPWAY_TRY(mount_dev(root_fd));
+Status mount_system(int root_fd, const LaunchSpec& spec) {
+  SLIPWAY_TRY(mount_dev(root_fd, spec.unshare_ipc));
   // A fresh procfs needs a PID namespace of our own; the tasks of a step share the node's, so the
   // host's /proc is bound (as charliecloud does).
   SLIPWAY_TRY(bind_at(root_fd, "/proc", "/proc", {.recursive = true}));
@@ -202,8 +240,12 @@ Status mount_tmpfs_at(int root_fd, const Bind& b) {
   SLIPWAY_TRY(point);
   unsigned long flags = MS_NOSUID | MS_NODEV | (b.read_only ? MS_RDONLY : 0) |
                         (b.no_exec ? MS_NOEXEC : 0);
-  SLIPWAY_SYS(mount("tmpfs", fd_path(point->get()).c_str(), "tmpfs", flags, "mode=1777"),
-              "mount a tmpfs on " + b.destination);
+  // Options later in the list win (tmpfs(5)): the user's mode= over the default.
+  const std::string data = "mode=1777" + (b.tmpfs_options.empty() ? "" : "," + b.tmpfs_options);
+  if (mount("tmpfs", fd_path(point->get()).c_str(), "tmpfs", flags, data.c_str()) != 0)
+    return Status::error("--container-mounts=tmpfs:" + b.destination + (b.tmpfs_options.empty() ? "" : ":" + b.tmpfs_options) +
+                             ": cannot mount a tmpfs: " + strerror(errno) + "; check its options",
+                         errno);
   return Status();
 }
 
@@ -257,6 +299,23 @@ Status mount_binds(int root_fd, const LaunchSpec& spec) {
   return Status();
 }
 
+// --container-mounts flag unbindable. A copy of a mount namespace (unshare(CLONE_NEWNS), as each
+// task makes) turns unbindable mounts into private ones, so every namespace marks them again. A
+// fresh lookup of the destination lands on the mount itself, not on the directory beneath.
+Status mark_unbindable(int root_fd, const std::vector<Bind>& binds) {
+  for (const auto& b : binds) {
+    if (!b.unbindable) continue;
+    const size_t start = b.destination.find_first_not_of('/');
+    const std::string rel = start == std::string::npos ? "" : b.destination.substr(start);
+    UniqueFd fd(static_cast<int>(syscall(SYS_openat2, root_fd, rel.empty() ? "." : rel.c_str(),
+                                         &kInRoot, sizeof kInRoot)));
+    if (!fd.valid()) return Status::from_errno("open " + b.destination + " in the container", errno);
+    SLIPWAY_SYS(mount(nullptr, fd_path(fd.get()).c_str(), nullptr, MS_UNBINDABLE, nullptr),
+                "make " + b.destination + " unbindable");
+  }
+  return Status();
+}
+
 Status pivot_into(const std::string& root, const TaskView& task) {
   SLIPWAY_SYS(chdir(root.c_str()), "chdir " + root);
   // pivot_root(".", ".") stacks the old root on top of the new one; unmounting "." then removes the
@@ -301,8 +360,9 @@ Status build_container(const LaunchSpec& spec) {
   SLIPWAY_TRY(root);
   UniqueFd root_fd(open(root->c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root_fd.valid()) return Status::from_errno("open " + *root, errno);
-  SLIPWAY_TRY(mount_system(root_fd.get()));
+  SLIPWAY_TRY(mount_system(root_fd.get(), spec));
   SLIPWAY_TRY(mount_binds(root_fd.get(), spec));
+  for (const auto& f : spec.files) SLIPWAY_TRY(write_file_in_root(root_fd.get(), f.path, f.content));
   if (!spec.writable) {
     // Read-only root (submounts keep their own flags): only the overlay mount itself.
     struct mount_attr attr = {};
@@ -321,6 +381,7 @@ Status enter_built_root(const LaunchSpec& spec, const TaskView& task) {
   UniqueFd root_fd(open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root_fd.valid()) return Status::from_errno("open " + root, errno);
   SLIPWAY_TRY(make_task_mount_points(root_fd.get(), spec, task));
+  SLIPWAY_TRY(mark_unbindable(root_fd.get(), spec.binds));
   return pivot_into(root, task);
 }
 

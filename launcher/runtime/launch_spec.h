@@ -19,8 +19,17 @@ struct Bind {
   bool optional = false;    // skip quietly when the source does not exist
   bool allow_devices = false;  // device nodes under it stay usable (only for GPU devices)
   bool no_exec = false;        // MOUNT_ATTR_NOEXEC (--container-mounts flag noexec)
+  bool unbindable = false;     // MS_UNBINDABLE (--container-mounts flag unbindable)
+  std::string tmpfs_options = {};  // with tmpfs: mount options added to "mode=1777"
   bool tmpfs = false;          // a fresh tmpfs at destination (source "tmpfs")
   bool detach = false;         // remove the mount at destination (source "umount")
+};
+
+// A small file written into the container's root, where its directory exists in the image: it
+// lands in the overlay's upper layer, never in the cached image.
+struct GeneratedFile {
+  std::string path;  // absolute, inside the container
+  std::string content;
 };
 
 struct LaunchSpec {
@@ -38,6 +47,7 @@ struct LaunchSpec {
   std::vector<Bind> binds;  // applied in order, after /dev, /proc, /sys
   std::string workdir;      // chdir target inside; empty: "/"
   std::vector<std::string> host_files;  // files copied from the host if present (/etc/hosts, ...)
+  std::vector<GeneratedFile> files;     // written after the binds, before the root turns read-only
 };
 
 }  // namespace slipway::launcher

@@ -90,6 +90,25 @@ Result<UniqueFd> make_mount_point(int root_fd, const std::string& path, NodeKind
   return Status::error("unreachable", EINVAL);
 }
 
+Status write_file_in_root(int root_fd, const std::string& path, const std::string& data) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = path.substr(0, slash), name = path.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..")
+    return Status::error("cannot write '" + path + "' in the container: not a file name", EINVAL);
+  UniqueFd parent(openat2_in_root(root_fd, dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY));
+  if (!parent.valid()) return errno == ENOENT ? Status() : Status::from_errno("open " + dir, errno);
+  UniqueFd fd(openat(parent.get(), name.c_str(),
+                     O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd.valid()) return Status::from_errno("write '" + path + "' in the container", errno);
+  for (size_t done = 0; done < data.size();) {
+    ssize_t n = write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::from_errno("write '" + path + "' in the container", errno);
+    done += static_cast<size_t>(n);
+  }
+  return Status();
+}
+
 Status bind_onto(const std::string& source, int target_fd, BindFlags flags, const std::string& what) {
   const bool recursive = flags.recursive, read_only = flags.read_only;
   // A detached copy of the source tree (open_tree(2)), its flags set while nobody can see it, then

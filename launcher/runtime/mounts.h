@@ -27,6 +27,10 @@ struct BindFlags {
 // unless allow_devices), read-only and noexec when asked. `what` names the mount in errors.
 Status bind_onto(const std::string& source, int target_fd, BindFlags flags, const std::string& what);
 
+// Writes DATA to PATH below `root_fd` (resolved as make_mount_point() does, never outside the
+// root), replacing a regular file there; nothing when PATH's directory does not exist.
+Status write_file_in_root(int root_fd, const std::string& path, const std::string& data);
+
 // "/proc/self/fd/N": the path that names exactly the inode behind fd N (mount(2) follows it).
 std::string fd_path(int fd);
 

@@ -110,7 +110,7 @@ Status install_seccomp(const SeccompProgram& program) {
   prog.len = static_cast<unsigned short>(program.instructions.size());
   prog.filter = const_cast<sock_filter*>(program.instructions.data());
   SLIPWAY_SYS(static_cast<int>(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog)),
-              "load the --container-remap-root seccomp filter");
+              "load the container's seccomp filter");
   return Status();
 }
 

@@ -1,7 +1,8 @@
-// The seccomp filter installed with --container-remap-root: calls only a real root may make (the
-// chown family, set*id, setgroups, capset, mknod of device nodes) succeed as no-ops, so package
-// managers (apt, dnf, pip installing setuid helpers) work in a container whose "root" is the job
-// user, as enroot and charliecloud do. Nothing is actually granted.
+// The seccomp filter installed in every container, as pyxis does (with --container-remap-root or
+// not): calls only a real root may make (the chown family, set*id, setgroups, capset, mknod of
+// device nodes) succeed as no-ops, so package managers (apt, dnf, pip installing setuid helpers)
+// and archives with owners work in a container whose "root", or whose user, is the job user, as
+// enroot and charliecloud do. Nothing is actually granted.
 // The filter is compiled with libseccomp (loaded on first use) while still outside the container,
 // and installed inside with seccomp(2) alone: no library is looked up in the image's filesystem.
 #pragma once
@@ -19,7 +20,7 @@ struct SeccompProgram {
   std::vector<sock_filter> instructions;
 };
 
-// Compiles the fake-root filter for this architecture.
+// Compiles that filter for this architecture.
 Result<SeccompProgram> compile_fake_root_filter();
 // Installs `program` on the calling thread (and what it execs). no_new_privs must be set first.
 Status install_seccomp(const SeccompProgram& program);

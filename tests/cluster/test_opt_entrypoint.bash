@@ -1,6 +1,7 @@
 # --container-entrypoint / --no-container-entrypoint / --container-entrypoint-log (issue 4): the
-# image's entrypoint runs once per node before the tasks, with the job's environment; what it
-# exports reaches every task; a failing entrypoint fails the step with its last line.
+# image's entrypoint runs once per node before the tasks, with the image's environment and the
+# --container-env names of the job's (as pyxis), not the rest of the job's; what it exports reaches
+# every task; a failing entrypoint fails the step with its last line.
 
 setup_file() {
     require_sandbox
@@ -33,8 +34,19 @@ test_entrypoint_log_is_off_unless_asked() {
     assert_output_not_contains "entrypoint ran on"
 }
 
-test_failing_entrypoint_fails_the_step_with_its_message() {
+test_entrypoint_sees_only_the_container_env_names_of_the_job() {
+    # ENTRYPOINT_FAIL=1 makes the entrypoint fail, if it can see it.
     run_job env ENTRYPOINT_FAIL=1 srun -N1 -K --container-image="$IMAGE" --container-entrypoint true
+    assert_success
+    run_job env ENTRYPOINT_FAIL=1 salloc -N1 --time=2 srun -K --container-image="$IMAGE" \
+        --container-entrypoint --container-env=ENTRYPOINT_FAIL true
+    assert_failure
+    assert_output_contains "entrypoint: failing as asked"
+}
+
+test_failing_entrypoint_fails_the_step_with_its_message() {
+    run_job env ENTRYPOINT_FAIL=1 srun -N1 -K --container-image="$IMAGE" --container-entrypoint \
+        --container-env=ENTRYPOINT_FAIL true
     assert_failure
     assert_output_contains "slipway: the image's entrypoint (/entrypoint.sh) failed with status 3: entrypoint: failing as asked; fix the image or run with --no-container-entrypoint"
 }

@@ -113,7 +113,7 @@ test_source_missing_on_the_nodes_fails_naming_the_node() {
     run_job srun -N1 -w node2 -K --container-image="$BUSYBOX" --container-mounts="$src:/data" true
     rmdir "$src"
     assert_failure
-    assert_output_contains "slipway: --container-mounts: source '$src' does not exist on node2; create it or fix the path"
+    assert_output_contains "slipway: --container-mounts: source path does not exist: '$src' on node2; create it or fix the path"
 }
 
 # rbind (the default) carries a submount of the source along; norbind leaves an empty directory,

@@ -125,8 +125,33 @@ START_TEST(mounts_take_pyxis_mount_flags) {
     ck_assert_msg(!parse_mounts(bad, "/").ok(), "accepted '%s'", bad);
   auto r = parse_mounts("/a:/a:exec", "/");
   ck_assert(!r.ok());
-  ck_assert_msg(r.status().message().find("unknown flag; use ro, rw, rbind, norbind, noexec") !=
+  ck_assert_msg(r.status().message().find("unknown flag 'exec'; use ro, rw, rbind, norbind, noexec") !=
                     std::string::npos, "%s", r.status().message().c_str());
+  // Propagation pyxis passes through that is safe here: unbindable.
+  auto u = parse_mounts("/a:/a:unbindable,/b:/b:ro+runbindable,/c:/c", "/");
+  ck_assert_msg(u.ok(), "%s", u.ok() ? "" : u.status().message().c_str());
+  ck_assert((*u)[0].unbindable && (*u)[1].unbindable && (*u)[1].read_only && !(*u)[2].unbindable);
+}
+END_TEST
+
+// tmpfs(5) options on pyxis's tmpfs source, joined by '+' like the other flags.
+START_TEST(tmpfs_mounts_take_tmpfs_options) {
+  auto m = parse_mounts("tmpfs:/s:size=1g+mode=0700+nr_inodes=10k+huge=within_size+noexec,"
+                        "tmpfs:/t:size=50%", "/");
+  ck_assert_msg(m.ok(), "%s", m.ok() ? "" : m.status().message().c_str());
+  ck_assert_str_eq((*m)[0].tmpfs_options.c_str(), "size=1g,mode=0700,nr_inodes=10k,huge=within_size");
+  ck_assert((*m)[0].no_exec);
+  ck_assert_str_eq((*m)[1].tmpfs_options.c_str(), "size=50%");
+  for (const char* bad : {"tmpfs:/s:size=", "tmpfs:/s:size=1q", "tmpfs:/s:mode=0999",
+                          "tmpfs:/s:huge=sometimes", "tmpfs:/s:uid=0"}) {
+    auto r = parse_mounts(bad, "/");
+    ck_assert_msg(!r.ok(), "accepted '%s'", bad);
+  }
+  auto r = parse_mounts("tmpfs:/s:size=1q", "/");
+  ck_assert_msg(r.status().message().find("bad tmpfs option 'size=1q'; use size=N") !=
+                    std::string::npos, "%s", r.status().message().c_str());
+  // Only a tmpfs takes them: a bind has no size.
+  ck_assert(!parse_mounts("/a:/a:size=1g", "/").ok());
 }
 END_TEST
 
@@ -160,11 +185,19 @@ END_TEST
 START_TEST(other_values_validated) {
   JobOptions o;
   ck_assert(apply_option(o, OptionId::kContainerWorkdir, "/work").ok());
-  ck_assert(!apply_option(o, OptionId::kContainerWorkdir, "work").ok());
+  // pyxis resolves a relative workdir inside the container's root: ".." of "/" is "/".
+  for (auto [in, out] : {std::pair{"work", "/work"}, {"../x/./y/", "/x/y"}, {"/a/../../b", "/b"},
+                         {"..", "/"}}) {
+    ck_assert(apply_option(o, OptionId::kContainerWorkdir, in).ok());
+    ck_assert_str_eq(o.workdir.c_str(), out);
+  }
+  ck_assert(!apply_option(o, OptionId::kContainerWorkdir, "").ok());
   ck_assert(apply_option(o, OptionId::kContainerUnshare, "net,uts").ok());
   ck_assert(o.unshare.net && o.unshare.uts && !o.unshare.ipc);
   auto bad = apply_option(o, OptionId::kContainerUnshare, "pid");
   ck_assert(!bad.ok() && bad.message().find("net, ipc and uts") != std::string::npos);
+  ck_assert_msg(bad.message().find("unknown namespace 'pid'") != std::string::npos, "%s",
+                bad.message().c_str());
   ck_assert(apply_option(o, OptionId::kContainerEnv, "PATH,LD_LIBRARY_PATH").ok());
   ck_assert_int_eq(o.env_names.size(), 2);
   ck_assert(!apply_option(o, OptionId::kContainerEnv, "A=B").ok());
@@ -251,7 +284,9 @@ START_TEST(new_plugstack_keys) {
   auto c = parse({"sbatch_support=1", "container_scope=global", "mount_home=0",
                   "mounts=/etc/site:/etc/site:ro", "runtime_dir=/local/run", "honor_pyxis_env=0"});
   ck_assert_msg(c.ok(), "%s", c.ok() ? "" : c.status().message().c_str());
-  ck_assert(c->sbatch_support && !c->mount_home && !c->honor_pyxis_env);
+  ck_assert(c->sbatch_support && !c->mount_home && !c->honor_pyxis_env && !c->writable);
+  auto w = parse({"writable=1"});
+  ck_assert(w.ok() && w->writable);
   ck_assert(c->container_scope == ContainerScope::kGlobal);
   ck_assert(!parse({"container_scope=step"}).ok());
   ck_assert(!parse({"mounts=/a:rel"}).ok());
@@ -270,6 +305,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, plugstack_rejects_unknown_and_bad_values);
   tcase_add_test(tc, mounts_parse_and_reject_bad_specs);
   tcase_add_test(tc, mounts_take_pyxis_mount_flags);
+  tcase_add_test(tc, tmpfs_mounts_take_tmpfs_options);
   tcase_add_test(tc, container_name_modes);
   tcase_add_test(tc, pyxis_registry_hash_form);
   tcase_add_test(tc, other_values_validated);
