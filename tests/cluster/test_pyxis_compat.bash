@@ -221,3 +221,22 @@ test_pyxis_error_phrases() {
     assert_output_contains "$DIR/absent.sqsh"
     assert_output_contains "No such file or directory"
 }
+
+# plugstack.conf `writable=1`, the site default enroot sites set with ENROOT_ROOTFS_WRITABLE: an
+# unnamed container's root is writable unless --container-readonly.
+test_site_default_writable() {
+    SLIPWAY_PLUGIN_ARGS="writable=1" "$SANDBOX" up >/dev/null 2>&1 || fail "sandbox up with writable=1"
+    trap '"$SANDBOX" up >/dev/null 2>&1 || echo "# could not restore the sandbox" >&2' EXIT
+    grep -q ' writable=1' "$SANDBOX_DIR/etc/plugstack.conf" || fail "plugstack.conf was not rewritten"
+    run_job srun -K --container-image="$BUSYBOX" sh -c 'echo x >/made && echo wrote'
+    assert_success
+    assert_output "wrote"
+    run_job srun -K --container-image="$BUSYBOX" --container-readonly sh -c 'echo x >/made 2>&1 || echo refused'
+    assert_output_contains "refused"
+    in_alloc 1 "srun -K --container-image=$BUSYBOX sh -c 'echo x >/made && echo salloc-wrote'"
+    assert_output_contains "salloc-wrote"
+    "$SANDBOX" up >/dev/null 2>&1 || fail "could not restore the sandbox"
+    trap - EXIT
+    run_job srun -K --container-image="$BUSYBOX" sh -c '(echo x >/made) 2>/dev/null || echo read-only-again'
+    assert_output "read-only-again"
+}
