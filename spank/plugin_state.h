@@ -9,6 +9,7 @@
 #include "config.h"
 #include "image/import.h"
 #include "image/cache.h"
+#include "options/container_instances.h"
 #include "options/job_options.h"
 #include "remote_env.h"
 #include "runtime/container.h"
@@ -46,7 +47,9 @@ struct PluginState {
   std::string deferred_error;                    // set by user_init on failure
   std::string named_dir;                         // --container-name: its directory on this node
   bool named_exists = false;                     // it was there before this step
-  std::optional<launcher::FileLock> named_lock;  // held for the step: one step at a time
+  std::optional<launcher::FileLock> named_lock;  // held while the step starts or joins it
+  std::optional<launcher::Instance> running;     // the instance this step joins or copies
+  std::string instances_dir;                     // where the step records its holder
   std::optional<launcher::FileLock> image_in_use;  // keeps `slipway gc` off the step's image
   std::vector<std::string> entrypoint_env;       // what the image's entrypoint exported
   std::string entrypoint_output;                 // shown with --container-entrypoint-log

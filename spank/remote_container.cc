@@ -74,17 +74,30 @@ std::string cache_dir_for(const PluginConfig& cfg, uid_t uid) {
   return cfg.cache_dir + "/" + std::to_string(uid);
 }
 
+// A step's container is reachable by later steps of the job (srun --overlap): a named one under
+// its name, an unnamed one as <job>.<step>, as in pyxis (options/container_instances.h). A name
+// that some step's container runs under is found in the job's scope first.
 Status prepare_named_container(PluginState& st) {
-  if (st.options.container_name.empty()) return Status();
   const StepIds& ids = *st.ids;
-  const std::string scope = st.config.container_scope == ContainerScope::kGlobal
-                                ? runtime_root(st, ids.uid) + "/global"
-                                : job_scope_dir(st, ids.uid, ids.job_id);
+  const std::string job_scope = job_scope_dir(st, ids.uid, ids.job_id);
+  if (st.options.container_name.empty()) {
+    SLIPWAY_TRY(launcher::make_private_dirs(job_scope));
+    st.instances_dir = launcher::instance_dir(
+        job_scope, std::to_string(ids.job_id) + "." + std::to_string(ids.step_id));
+    return Status();
+  }
+  std::string scope = st.config.container_scope == ContainerScope::kGlobal
+                          ? runtime_root(st, ids.uid) + "/global"
+                          : job_scope;
+  if (!launcher::live_instances(launcher::instance_dir(job_scope, st.options.container_name)).empty())
+    scope = job_scope;
   auto nc = launcher::open_named_container(st.options, scope, node_name());
   SLIPWAY_TRY(nc);
   st.named_dir = nc->dir;
   st.named_exists = nc->exists;
   st.named_lock = std::move(nc->lock);
+  st.running = nc->running;
+  st.instances_dir = launcher::instance_dir(scope, st.options.container_name);
   return Status();
 }
 
@@ -106,12 +119,27 @@ Status start_node_container(spank_t sp, PluginState& st) {
   auto filter = launcher::compile_fake_root_filter();
   SLIPWAY_TRY(filter);
   st.seccomp = std::move(*filter);
-  if (!st.named_dir.empty() && !st.named_exists)
+  if (!st.named_dir.empty() && !st.named_exists && !st.running)
     SLIPWAY_TRY(launcher::record_named_container_image(st.named_dir, st.image->manifest_digest));
+  launcher::HolderOptions how;
+  const bool joins = st.running && st.options.name_mode != NameMode::kNoExec;
+  if (joins) {
+    // The running container as it is: its root, mounts and namespaces (pyxis attaches).
+    launcher::take_instance_settings(*st.running, *spec);
+    how.join = st.running->pid;
+  } else if (st.running) {
+    if (st.running->remap_root != spec->remap_root)
+      return Status::error("container '" + st.options.container_name + "' runs " +
+                               (st.running->remap_root ? "with" : "without") +
+                               " --container-remap-root on " + node_name() +
+                               "; a new instance of it must too: give the same option",
+                           EINVAL);
+    how.adopt = st.running->pid;
+  }
   // The holder becomes the user itself; slurmstepd's own threads stay root meanwhile.
   auto holder = [&] {
     EuidRoot root;
-    return launcher::start_holder(*spec);
+    return launcher::start_holder(*spec, how);
   }();
   if (!holder.ok())
     return launcher::Status::error("cannot start the container of image '" +
@@ -120,7 +148,11 @@ Status start_node_container(spank_t sp, PluginState& st) {
                                    holder.status().error_number());
   st.spec = std::move(*spec);
   st.holder = std::move(*holder);
-  return run_entrypoint(sp, st);
+  SLIPWAY_TRY(launcher::record_instance(st.instances_dir, st.holder.pid(), st.spec,
+                                        st.image->manifest_digest));
+  st.named_lock.reset();  // recorded: later steps may join or copy it now
+  // A container already running has had its entrypoint.
+  return joins ? Status() : run_entrypoint(sp, st);
 }
 
 namespace {

@@ -56,8 +56,9 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
 
 // The image of the step: the named container's, or imported (once per node) from the reference.
 launcher::Result<launcher::ImportedImage> step_image(spank_t sp, PluginState& st) {
-  if (st.named_exists) {
-    auto digest = named_container_image(st);
+  if (st.named_exists || st.running) {
+    auto digest = st.running ? launcher::Result<std::string>(st.running->image)
+                             : named_container_image(st);
     SLIPWAY_TRY(digest);
     auto image = launcher::find_cached_image(launcher::NodeCache(st.cache_dir), *digest);
     if (!image.ok())

@@ -94,8 +94,14 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   in.home = env_or("HOME", "");
   in.node = host_name();
   if (!p.opts.container_name.empty()) {
-    auto nc = open_named_container(p.opts, cache + "/containers/global", in.node);
+    // The container is this process's for as long as it runs: its lock is kept, not waited for.
+    auto nc = open_named_container(p.opts, cache + "/containers/global", in.node, /*wait_s=*/0);
     SLIPWAY_TRY(nc);
+    if (nc->running)
+      return Status::error("run: container '" + p.opts.container_name + "' is running in a Slurm "
+                               "step on " + in.node + "; join it with srun --overlap "
+                               "--container-name=" + p.opts.container_name + ", or wait for it",
+                           EBUSY);
     p.named = std::move(*nc);
     in.named_dir = p.named->dir;
   }

@@ -153,28 +153,51 @@ Status remove_dir_tree(const std::string& path) {
   return st.ok() || st.error_number() == ENOENT ? Status() : st;
 }
 
+namespace {
+
+// NAME's lock, exclusively; another step holds it only while it starts or joins the container.
+Result<FileLock> lock_named(const std::string& path, const std::string& name,
+                            const std::string& node, int wait_s) {
+  for (int waited_ms = 0;; waited_ms += 50) {
+    auto lock = FileLock::acquire(path, FileLock::Mode::kExclusive, /*wait=*/false);
+    if (lock.ok() || lock.status().error_number() != EWOULDBLOCK) return lock;
+    if (waited_ms >= wait_s * 1000)
+      return Status::error("container '" + name + "' is in use by another step on " + node +
+                               "; wait for that step or use another --container-name",
+                           EBUSY);
+    usleep(50 * 1000);
+  }
+}
+
+}  // namespace
+
 Result<NamedContainer> open_named_container(const JobOptions& o, const std::string& scope_dir,
-                                            const std::string& node) {
+                                            const std::string& node, int wait_s) {
   SLIPWAY_TRY(make_private_dirs(scope_dir));
   NamedContainer nc;
-  nc.dir = scope_dir + "/" + o.container_name;
-  auto lock = FileLock::acquire(nc.dir + ".lock", FileLock::Mode::kExclusive, /*wait=*/false);
-  if (!lock.ok())
-    return Status::error("container '" + o.container_name + "' is in use by another step on " +
-                             node + "; wait for that step or use another --container-name",
-                         EBUSY);
+  const std::string& name = o.container_name;
+  nc.dir = scope_dir + "/" + name;
+  auto lock = lock_named(nc.dir + ".lock", name, node, wait_s);
+  SLIPWAY_TRY(lock);
   nc.lock = std::move(*lock);
   nc.exists = access((nc.dir + "/image").c_str(), R_OK) == 0;
-  if (o.name_mode == NameMode::kCreate && nc.exists) {
-    SLIPWAY_TRY(remove_dir_tree(nc.dir));
-    nc.exists = false;
-  }
-  if (!nc.exists && (o.name_mode == NameMode::kExec || o.container_image.empty()))
-    return Status::error("container '" + o.container_name + "' does not exist on " + node +
-                             "; create it first with --container-name=" + o.container_name +
+  if (auto live = live_instances(instance_dir(scope_dir, name)); !live.empty())
+    nc.running = live.front();
+  if (o.name_mode == NameMode::kCreate && (nc.exists || nc.running))
+    return Status::error("container '" + name + "' already exists on " + node +
+                             "; use --container-name=" + name + " to use it, or another name",
+                         EEXIST);
+  if (o.name_mode == NameMode::kExec && !nc.running)
+    return Status::error("container '" + name + "' is not running on " + node +
+                             " (exec attaches to a running container); start it in another step "
+                             "first, or use --container-name=" + name,
+                         ENOENT);
+  if (!nc.exists && !nc.running && o.container_image.empty())
+    return Status::error("container '" + name + "' does not exist on " + node +
+                             "; create it first with --container-name=" + name +
                              " --container-image=IMAGE",
                          ENOENT);
-  if (!nc.exists) SLIPWAY_TRY(make_private_dirs(nc.dir));
+  if (!nc.exists && !nc.running) SLIPWAY_TRY(make_private_dirs(nc.dir));
   return nc;
 }
 

@@ -6,12 +6,14 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "image/cache.h"
+#include "options/container_instances.h"
 #include "options/job_options.h"
 #include "runtime/container.h"
 #include "runtime/launch_spec.h"
@@ -39,16 +41,24 @@ struct PlanInput {
 Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& site,
                                   const PlanInput& in);
 
-// A named container's directory on this node, locked for one step at a time.
+// A named container's directory on this node. LOCK is held while a step starts or joins it (until
+// its holder is recorded in the instance directory): steps start one at a time, then share it.
 struct NamedContainer {
   std::string dir;
   bool exists = false;  // made by an earlier step (its image is recorded in dir/image)
+  std::optional<Instance> running;  // a live instance on this node: to join, or for no_exec to
+                                    // start a new instance of
   FileLock lock;
 };
 
-// Opens (or, per the --container-name mode, recreates) NAME under `scope_dir`.
+// Opens NAME under `scope_dir` as its --container-name mode says (pyxis's meanings): auto joins a
+// running instance, else starts one (from the image the first time); exec joins a running
+// instance and fails without one; no_exec starts a new instance (of the running one's root, if
+// any, so that both see the same files); create fails if NAME exists. Waits for NAME's lock up to
+// WAIT_S seconds.
+inline constexpr int kNamedLockWaitS = 120;
 Result<NamedContainer> open_named_container(const JobOptions& opts, const std::string& scope_dir,
-                                            const std::string& node);
+                                            const std::string& node, int wait_s = kNamedLockWaitS);
 // The manifest digest of the image a named container was made from / records it.
 Result<std::string> named_container_image(const std::string& dir, const std::string& name);
 Status record_named_container_image(const std::string& dir, const std::string& digest);

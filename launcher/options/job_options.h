@@ -75,9 +75,9 @@ struct MountSpec {
   bool is_bind() const { return kind == Kind::kBind; }
 };
 
-// --container-name=NAME[:MODE]. auto: reuse the named container if it exists, else create it;
-// create: always start afresh from the image; exec: it must exist; no_exec: like auto (a named
-// container has no running instance between steps here, so there is nothing to exec into).
+// --container-name=NAME[:MODE], pyxis's modes (open_named_container() in container_plan.h): auto
+// joins the running container or starts it; exec joins it or fails; no_exec starts a new instance
+// of its root; create fails if NAME exists.
 enum class NameMode { kAuto, kCreate, kExec, kNoExec };
 
 struct Unshare {

@@ -352,25 +352,91 @@ Status make_task_mount_points(int root_fd, const LaunchSpec& spec, const TaskVie
 
 }  // namespace
 
-Status build_container(const LaunchSpec& spec) {
-  if (spec.rootfs.empty() || spec.rootfs[0] != '/' || spec.scratch_dir.empty())
-    return Status::error("container spec needs an absolute rootfs and a scratch directory", EINVAL);
-  SLIPWAY_TRY(enter_namespaces(spec));
-  auto root = mount_overlay_root(spec);
-  SLIPWAY_TRY(root);
-  UniqueFd root_fd(open(root->c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!root_fd.valid()) return Status::from_errno("open " + *root, errno);
+namespace {
+
+// What every container root gets once the overlay is mounted at ROOT: /dev, /proc, /sys, /tmp,
+// the binds, the generated files, and read-only unless writable.
+Status furnish_root(const std::string& root, const LaunchSpec& spec) {
+  UniqueFd root_fd(open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd.valid()) return Status::from_errno("open " + root, errno);
   SLIPWAY_TRY(mount_system(root_fd.get(), spec));
   SLIPWAY_TRY(mount_binds(root_fd.get(), spec));
   for (const auto& f : spec.files) SLIPWAY_TRY(write_file_in_root(root_fd.get(), f.path, f.content));
-  if (!spec.writable) {
-    // Read-only root (submounts keep their own flags): only the overlay mount itself.
-    struct mount_attr attr = {};
-    attr.attr_set = MOUNT_ATTR_RDONLY;
-    SLIPWAY_SYS(mount_setattr(root_fd.get(), "", AT_EMPTY_PATH, &attr, sizeof attr),
-                "make the container root read-only");
-  }
+  // Read-only root (submounts keep their own flags): only the overlay mount itself.
+  struct mount_attr attr = {};
+  (spec.writable ? attr.attr_clr : attr.attr_set) = MOUNT_ATTR_RDONLY;
+  SLIPWAY_SYS(mount_setattr(root_fd.get(), "", AT_EMPTY_PATH, &attr, sizeof attr),
+              "set the container root's read-only flag");
   return Status();
+}
+
+Status check_spec(const LaunchSpec& spec) {
+  if (spec.rootfs.empty() || spec.rootfs[0] != '/' || spec.scratch_dir.empty())
+    return Status::error("container spec needs an absolute rootfs and a scratch directory", EINVAL);
+  return Status();
+}
+
+Result<UniqueFd> open_namespace(pid_t pid, const char* name) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/ns/" + name;
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::from_errno("open " + path, errno);
+  return fd;
+}
+
+}  // namespace
+
+Status build_container(const LaunchSpec& spec) {
+  SLIPWAY_TRY(check_spec(spec));
+  SLIPWAY_TRY(enter_namespaces(spec));
+  auto root = mount_overlay_root(spec);
+  SLIPWAY_TRY(root);
+  return furnish_root(*root, spec);
+}
+
+Status join_namespaces(pid_t holder, const LaunchSpec& spec) {
+  SLIPWAY_SYS(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)");
+  auto user = open_namespace(holder, "user");
+  SLIPWAY_TRY(user);
+  std::vector<std::pair<UniqueFd, int>> others;
+  const std::pair<bool, std::pair<const char*, int>> wanted[] = {
+      {spec.unshare_net, {"net", CLONE_NEWNET}},
+      {spec.unshare_ipc, {"ipc", CLONE_NEWIPC}},
+      {spec.unshare_uts, {"uts", CLONE_NEWUTS}},
+      {true, {"mnt", CLONE_NEWNS}}};  // last: it changes our root
+  for (const auto& [want, ns] : wanted) {
+    if (!want) continue;
+    auto fd = open_namespace(holder, ns.first);
+    SLIPWAY_TRY(fd);
+    others.emplace_back(std::move(*fd), ns.second);
+  }
+  SLIPWAY_SYS(setns(user->get(), CLONE_NEWUSER), "join the running container's user namespace");
+  for (const auto& [fd, type] : others)
+    SLIPWAY_SYS(setns(fd.get(), type), "join the running container's namespaces");
+  return Status();
+}
+
+Status adopt_container(pid_t instance, const LaunchSpec& spec) {
+  SLIPWAY_TRY(check_spec(spec));
+  LaunchSpec only_user_and_mount = spec;
+  only_user_and_mount.unshare_net = only_user_and_mount.unshare_ipc = false;
+  only_user_and_mount.unshare_uts = false;
+  SLIPWAY_TRY(join_namespaces(instance, only_user_and_mount));
+  // A copy of the instance's mount namespace, owned by its user namespace (so nothing in it is
+  // locked), in which only the overlay mount is kept: a clone of it alone (no submounts), the
+  // instance's scratch tmpfs and all its binds detached, a fresh tmpfs under the clone.
+  SLIPWAY_SYS(unshare(CLONE_NEWNS), "unshare a mount namespace for the new instance");
+  SLIPWAY_SYS(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), "make / private");
+  SLIPWAY_TRY(unshare_optional(spec));
+  const std::string root = root_of(spec);
+  UniqueFd overlay(open_tree(AT_FDCWD, root.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!overlay.valid()) return Status::from_errno("clone the running container's root", errno);
+  SLIPWAY_SYS(umount2(spec.scratch_dir.c_str(), MNT_DETACH), "detach the running container's mounts");
+  SLIPWAY_SYS(mount("slipway", spec.scratch_dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"),
+              "mount tmpfs on " + spec.scratch_dir);
+  SLIPWAY_SYS(mkdir(root.c_str(), 0755), "mkdir " + root);
+  SLIPWAY_SYS(move_mount(overlay.get(), "", AT_FDCWD, root.c_str(), MOVE_MOUNT_F_EMPTY_PATH),
+              "attach the container's root");
+  return furnish_root(root, spec);
 }
 
 namespace {

@@ -8,6 +8,12 @@
 //   enter_root()       a private child mount namespace with the task's own binds, pivot_root, chdir;
 //   enter_container()  build_container() and into the root in one process (no holder), for a
 //                      container with a single task: its namespace needs no private child.
+// A container can be shared by steps (pyxis's named containers, attached with srun --overlap):
+//   join_namespaces()  a holder of a later step enters a running holder's namespaces, so that
+//                      its tasks join the same container (--container-name=NAME or NAME:exec);
+//   adopt_container()  a new instance of a running container: the same root filesystem (the
+//                      overlay mount itself, so writes are shared), its own mounts and binds
+//                      (--container-name=NAME:no_exec).
 #pragma once
 
 #include <sys/types.h>
@@ -29,6 +35,11 @@ struct TaskView {
 };
 
 Status build_container(const LaunchSpec& spec);
+// Enters the user namespace of the running holder HOLDER, its net/ipc/uts namespaces where SPEC
+// unshares them, then its mount namespace.
+Status join_namespaces(pid_t holder, const LaunchSpec& spec);
+// Like build_container(), but the root is the overlay of the running holder INSTANCE.
+Status adopt_container(pid_t instance, const LaunchSpec& spec);
 Status enter_root(const LaunchSpec& spec, const TaskView& task);
 Status enter_container(const LaunchSpec& spec, const TaskView& task);
 inline Status enter_container(const LaunchSpec& spec) {
@@ -72,6 +83,10 @@ class ContainerHolder {
 };
 
 struct HolderOptions {
+  // > 0: instead of building a container, share this running holder's (join_namespaces()), or
+  // make a new instance of its root (adopt_container()).
+  pid_t join = -1;
+  pid_t adopt = -1;
   // false: the holder is the caller's child and dies with it (PR_SET_PDEATHSIG): the plugin's case.
   // true: the holder runs on its own (double fork, new session) and exits once nobody holds a
   // shared flock on `users_lock` any more: the case of `slipway run` tasks under srun, where the

@@ -78,7 +78,11 @@ Status isolate_descriptors(int report_fd) {
   }
   prctl(PR_SET_NAME, "slipway-holder", 0, 0, 0);  // what ps and top show admins
   if (st.ok()) st = become_user(spec.uid, spec.gid);
-  if (st.ok()) st = build_container(spec);
+  if (st.ok()) {
+    st = options.join > 0    ? join_namespaces(options.join, spec)
+         : options.adopt > 0 ? adopt_container(options.adopt, spec)
+                             : build_container(spec);
+  }
   const std::string msg = st.ok() ? "ready " + std::to_string(getpid()) : st.message();
   (void)!write(3, msg.data(), msg.size());
   ::close(3);

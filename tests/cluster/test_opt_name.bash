@@ -1,6 +1,9 @@
-# --container-name=NAME[:create|exec|no_exec|auto] on the sandbox: the modes, separate names, the
-# default writability of a named container, one step at a time per name and node, scope=global
-# across jobs. (Persistence across steps and the epilog's clean-up: test_lifecycle.bash.)
+# --container-name=NAME[:create|exec|no_exec|auto] on the sandbox, with pyxis's meanings: auto
+# joins the running container (srun --overlap) or starts it; exec joins a running one and fails
+# without one; no_exec starts a new instance of the same root; create fails if NAME exists; an
+# unnamed container is reachable as <jobid>.<stepid>; many steps share one name at once; separate
+# names, the default writability of a named container, scope=global across jobs. (Persistence
+# across steps and the epilog's clean-up: test_lifecycle.bash.)
 
 setup_file() {
     require_sandbox
@@ -29,33 +32,78 @@ test_auto_creates_then_reuses_without_an_image() {
     assert_equal 2 "$(grep -Ec '^got [0-9]+ busybox$' <<<"$output")" "tasks seeing the first step's file"
 }
 
-test_create_starts_afresh() {
+test_create_fails_if_it_exists() {
     in_alloc 1 "
-        srun -K --container-image=$BUSYBOX --container-name=fresh sh -c 'echo old >/state' &&
-        srun -K --container-image=$BUSYBOX --container-name=fresh:create sh -c 'cat /state 2>&1; echo done'"
-    assert_success
-    assert_output_contains "No such file or directory"
-    assert_output_not_contains "old"
+        srun -K --container-image=$BUSYBOX --container-name=fresh:create sh -c 'echo old >/state' &&
+        srun -K --container-image=$BUSYBOX --container-name=fresh:create true; echo second=\$?
+        srun -K --container-name=fresh cat /state"
+    assert_output_contains "second=1"
+    assert_output_contains "slipway: container 'fresh' already exists on node1; use --container-name=fresh to use it, or another name"
+    assert_equal old "${lines[-1]}" "the container after the refused create"
 }
 
-test_exec_needs_an_existing_container() {
+test_exec_needs_a_running_container() {
     in_alloc 1 "srun -K --container-image=$BUSYBOX --container-name=absent:exec true"
     assert_failure
-    assert_output_contains "slipway: container 'absent' does not exist on node"
-    assert_output_contains "create it first with --container-name=absent --container-image=IMAGE"
+    assert_output_contains "slipway: container 'absent' is not running on node1 (exec attaches to a running container)"
     in_alloc 1 "
         srun -K --container-image=$BUSYBOX --container-name=there sh -c 'echo kept >/state' &&
         srun -K --container-name=there:exec cat /state"
-    assert_success
-    assert_output "kept"
+    assert_failure
+    assert_output_contains "container 'there' is not running on node1"
 }
 
-test_no_exec_reuses_like_auto() {
+# What users debug with: a second step attaches to the running container, sees its files and
+# its processes' mounts, and its changes are the container's.
+test_overlap_step_joins_the_running_container() {
     in_alloc 1 "
-        srun -K --container-image=$BUSYBOX --container-name=noexec:no_exec sh -c 'echo kept >/state' &&
-        srun -K --container-name=noexec:no_exec cat /state"
+        srun -K --container-image=$BUSYBOX --container-name=dev sh -c 'echo first >/state; sleep 4; cat /from-second' &
+        sleep 2
+        srun --overlap -K --container-name=dev sh -c 'echo joined \$(cat /state); echo second >/from-second' &&
+        srun --overlap -K --container-name=dev:exec sh -c 'echo exec \$(cat /state)'
+        wait"
     assert_success
-    assert_output "kept"
+    assert_output_contains "joined first"
+    assert_output_contains "exec first"
+    assert_equal second "${lines[-1]}" "what the first step saw of the second's write"
+}
+
+test_no_exec_starts_a_new_instance_of_the_same_root() {
+    in_alloc 1 "
+        srun -K --container-image=$BUSYBOX --container-name=inst --container-mounts=/etc:/site-etc:ro sh -c 'echo one >/state; sleep 4; cat /state2' &
+        sleep 2
+        srun --overlap -K --container-name=inst:no_exec sh -c 'cat /state; [ -e /site-etc/passwd ] && echo has-site-etc || echo no-site-etc; echo two >/state2'
+        wait
+        srun -K --container-name=inst:no_exec cat /state"
+    assert_success
+    assert_output_contains "no-site-etc"
+    assert_equal 2 "$(grep -cx one <<<"$output")" "instances that saw the first one's file"
+    assert_output_contains "two"
+}
+
+# pyxis: an unnamed container is reachable by other steps of its job as <jobid>.<stepid>.
+test_unnamed_container_is_reachable_as_job_dot_step() {
+    in_alloc 1 "
+        srun -K --container-image=$BUSYBOX --container-writable sh -c 'echo unnamed >/state; sleep 4' &
+        sleep 2
+        srun --overlap -K --container-name=\$SLURM_JOB_ID.0:exec cat /state
+        wait"
+    assert_success
+    assert_output "unnamed"
+}
+
+# 50 concurrent steps on 5 names: every step runs, each name's instances share one root.
+test_many_steps_share_names_at_once() {
+    in_alloc 1 "
+        for i in \$(seq 0 49); do
+            srun --overlap -K --container-image=$BUSYBOX --container-name=c\$((i%5)):no_exec \
+                sh -c \"echo \$i >>/log; sleep 1; echo done\" &
+        done
+        wait
+        for n in 0 1 2 3 4; do srun -K --container-name=c\$n sh -c 'echo lines \$(wc -l </log)'; done"
+    assert_success
+    assert_equal 50 "$(grep -cx done <<<"$output")" "steps that ran"
+    assert_equal 5 "$(grep -cx 'lines 10' <<<"$output")" "names whose ten steps all wrote to one root"
 }
 
 test_names_are_separate() {
@@ -79,14 +127,18 @@ test_named_is_writable_unless_readonly() {
     [[ $output == *$'\nw\n'* ]] || fail "the read-only step does not see /state:"$'\n'"$output"
 }
 
-test_a_name_is_used_by_one_step_at_a_time() {
+# With root remapped, a new instance must remap it too: its files were made by root inside.
+test_no_exec_instance_keeps_remap_root() {
     in_alloc 1 "
-        srun -K --overlap -n1 --container-image=$BUSYBOX --container-name=busy sleep 3 &
+        srun -K --container-image=$BUSYBOX --container-name=rr --container-remap-root sleep 3 &
         sleep 1.5
-        srun -K --overlap -n1 --container-image=$BUSYBOX --container-name=busy true; echo second=\$?
+        srun --overlap -K --container-name=rr:no_exec true; echo plain=\$?
+        srun --overlap -K --container-name=rr:no_exec --container-remap-root id -u
+        srun --overlap -K --container-name=rr id -u
         wait"
-    assert_output_contains "second=1"
-    assert_output_contains "slipway: container 'busy' is in use by another step on node1; wait for that step or use another --container-name"
+    assert_output_contains "plain=1"
+    assert_output_contains "slipway: container 'rr' runs with --container-remap-root on node1; a new instance of it must too"
+    assert_equal 2 "$(grep -cx 0 <<<"$output")" "steps that are root inside"
 }
 
 test_sbatch_named_container() {
@@ -97,8 +149,10 @@ test_sbatch_named_container() {
 #SBATCH --container-image=$BUSYBOX
 #SBATCH --container-name=batch
 #SBATCH -N2 --ntasks-per-node=1 --time=2
-srun -K sh -c 'hostname >/state'
-srun -K sh -c 'echo "step \$SLURM_PROCID saw \$(cat /state)"'
+srun -K sh -c 'hostname >/state; sleep 3' &
+sleep 1.5
+srun --overlap -K sh -c 'echo "step \$SLURM_PROCID saw \$(cat /state)"'
+wait
 EOS
     chown slwuser "$script"
     run_batch "$script"
@@ -117,10 +171,10 @@ test_global_scope_outlives_the_job() {
     run_job srun -N1 -w node2 -K --container-image="$BUSYBOX" --container-name=global-$$:create \
         sh -c 'echo $SLURM_JOB_ID >/state'
     assert_success
-    run_job srun -N1 -w node2 -K --container-name=global-$$:exec cat /state
+    run_job srun -N1 -w node2 -K --container-name=global-$$ cat /state
     drop_progress_lines
     assert_success
     assert_output_matches '^[0-9]+$'
     [[ -d $cache/containers/global/global-$$ ]] || fail "no $cache/containers/global/global-$$"
-    rm -rf "$cache/containers/global/global-$$" "$cache/containers/global/global-$$.lock"
+    rm -rf "$cache/containers/global/global-$$" "$cache/containers/global/global-$$".{lock,run}
 }

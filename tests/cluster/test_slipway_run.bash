@@ -136,7 +136,8 @@ test_entrypoint_standalone_and_once_per_node_under_srun() {
 
 test_failing_entrypoint_fails_every_task() {
     run_job env ENTRYPOINT_FAIL=1 srun -N2 --ntasks-per-node=2 -K ./slipway run \
-        --container-image="$ENTRYPOINT" --container-entrypoint -- echo should-not-run
+        --container-image="$ENTRYPOINT" --container-entrypoint --container-env=ENTRYPOINT_FAIL \
+        -- echo should-not-run
     assert_failure
     assert_output_not_contains "should-not-run"
     assert_equal 4 "$(grep -c "slipway: cannot start the container: the image's entrypoint (/entrypoint.sh) failed with status 3: entrypoint: failing as asked; fix the image or run with --no-container-entrypoint" <<<"$output")" \
