@@ -12,6 +12,7 @@
 #include "image/registry.h"
 #include "image/tag_memo.h"
 #include "log.h"
+#include "runtime/save.h"
 #include "plugin_state.h"
 
 namespace slipway::spank {
@@ -41,6 +42,7 @@ launcher::Status check_options(PluginState& st) {
       },
       st.config.honor_pyxis_env, cwd));
   SLIPWAY_TRY(validate_options(st.options));
+  if (!st.options.save_path.empty()) SLIPWAY_TRY(launcher::check_save_target(st.options.save_path));
   for (const auto& m : st.options.mounts)
     if (m.is_bind() && access(m.source.c_str(), F_OK) != 0)
       return launcher::Status::error(

@@ -173,10 +173,6 @@ extern "C" SLIPWAY_EXPORT int slurm_spank_task_init(spank_t sp, int, char**) {
   return guarded("task_init", [&] { return spank_remote(sp) ? remote_task_init(sp) : 0; });
 }
 
-extern "C" SLIPWAY_EXPORT int slurm_spank_task_exit(spank_t sp, int, char**) {
-  return guarded("task_exit", [&] { return spank_remote(sp) ? remote_task_exit(sp) : 0; });
-}
-
 extern "C" SLIPWAY_EXPORT int slurm_spank_job_epilog(spank_t sp, int, char**) {
   return guarded("job_epilog", [&] { return remote_job_epilog(sp); });
 }

@@ -38,7 +38,9 @@ struct PluginState {
   JobOptions options;
   std::optional<StepIds> ids;                    // set in user_init for containerized steps
   bool first_node = false;                       // node 0 of the step (--container-save)
-  uint32_t tasks_exited = 0;                     // counted in task_exit
+  // --container-save on the first node: how many of the node's tasks still run, in memory shared
+  // with the tasks (remote_task.cc, save_after_command()); null otherwise.
+  int* tasks_running = nullptr;
   std::optional<launcher::ImportedImage> image;  // set by user_init on success
   launcher::LaunchSpec spec;                     // the node's container, as the holder built it
   launcher::ContainerHolder holder;              // the node's container for this step
@@ -84,8 +86,6 @@ std::string client_cwd(spank_t sp);
 launcher::Status prepare_named_container(PluginState& st);
 launcher::Status start_node_container(spank_t sp, PluginState& st);
 void finish_node_container(PluginState& st);
-void save_container(const PluginState& st);
-int remote_task_exit(spank_t sp);
 int remote_job_epilog(spank_t sp);
 launcher::Result<std::string> named_container_image(const PluginState& st);
 std::string cache_dir_for(const PluginConfig& cfg, uid_t uid);

@@ -155,47 +155,6 @@ Status start_node_container(spank_t sp, PluginState& st) {
   return joins ? Status() : run_entrypoint(sp, st);
 }
 
-namespace {
-
-// --container-save, when the last task of the step's first node has exited: then the holder still
-// keeps the container (at slurm_spank_exit, proctrack has killed it with the step's processes): the changes are the overlay's upper directory, on disk for a named container, else on
-// the holder's tmpfs, reached through /proc/<holder>/root. The archive is written by a child that
-// has become the job user (slurmstepd is root here).
-}  // namespace
-
-void save_container(const PluginState& st) {
-  if (st.options.save_path.empty() || !st.first_node || !st.image || !st.holder.running()) return;
-  launcher::SnapshotRequest req;
-  req.cache_dir = st.cache_dir;
-  req.manifest_digest = st.image->manifest_digest;
-  req.upper_dir = st.spec.persistent_dir.empty()
-                      ? "/proc/" + std::to_string(st.holder.pid()) + "/root" + st.spec.scratch_dir + "/upper"
-                      : st.spec.persistent_dir + "/upper";
-  req.output_path = st.options.save_path;
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return;
-  launcher::UniqueFd rd(fds[0]), wr(fds[1]);
-  pid_t pid = fork();
-  if (pid == 0) {
-    auto saved = launcher::become_user(st.ids->uid, st.ids->gid);
-    if (saved.ok()) saved = launcher::save_snapshot(req);
-    if (!saved.ok()) (void)!write(wr.get(), saved.message().data(), saved.message().size());
-    _exit(saved.ok() ? 0 : 1);
-  }
-  wr.reset();
-  std::string msg;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(rd.get(), buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
-  int status = 0;
-  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    log_error("--container-save=" + req.output_path + ": " + (msg.empty() ? "failed" : msg));
-  else
-    log_info("saved the container to " + req.output_path);
-}
-
 void finish_node_container(PluginState& st) {
   st.holder.stop();
   st.named_lock.reset();

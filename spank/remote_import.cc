@@ -3,6 +3,7 @@
 // task_init; or remember why not. Errors are kept for task_init because Slurm does not report
 // user_init failures to srun (bug 7573).
 #include <pwd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "log.h"
 #include "plugin_state.h"
 #include "remote_env.h"
+#include "runtime/save.h"
 
 namespace slipway::spank {
 namespace {
@@ -88,6 +90,19 @@ launcher::Status setup_step(spank_t sp, PluginState& st) {
   return start_node_container(sp, st);
 }
 
+// --container-save: the node's tasks count themselves down in memory they share with slurmstepd
+// (it forks them after this), and the last one saves (remote_task.cc).
+launcher::Status count_tasks_for_save(spank_t sp, PluginState& st) {
+  uint32_t tasks = 0;
+  if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &tasks) != ESPANK_SUCCESS || tasks == 0)
+    return launcher::Status::error("--container-save: cannot read the node's task count", EINVAL);
+  void* shared = mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return launcher::Status::from_errno("--container-save: mmap", errno);
+  st.tasks_running = static_cast<int*>(shared);
+  *st.tasks_running = static_cast<int>(tasks);
+  return launcher::Status();
+}
+
 }  // namespace
 
 int remote_user_init(spank_t sp) {
@@ -109,6 +124,10 @@ int remote_user_init(spank_t sp) {
   st.first_node = spank_get_item(sp, S_JOB_NODEID, &node_id) == ESPANK_SUCCESS && node_id == 0;
   st.cache_dir = cache_dir_for(st.config, ids->uid);
   auto status = setup_step(sp, st);
+  if (status.ok() && st.first_node && !st.options.save_path.empty()) {
+    status = launcher::check_save_target(st.options.save_path);
+    if (status.ok()) status = count_tasks_for_save(sp, st);
+  }
   if (!status.ok()) {
     // Raised (once per node) by task_init: an error logged here would reach srun twice.
     st.image.reset();

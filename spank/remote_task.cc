@@ -1,8 +1,10 @@
 // task_init on each node (the task process, fully the job user, just before slurmstepd execs the
 // user's command): set the task's environment, join the node's container with a private view,
 // then lock privileges down. The command is looked up after this returns, so inside the image.
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "plugin_state.h"
 #include "remote_env.h"
 #include "runtime/container.h"
+#include "runtime/save.h"
 #include "runtime/seccomp.h"
 
 namespace slipway::spank {
@@ -72,6 +75,43 @@ void adjust_pmix_env(spank_t sp, const PluginState& st, const launcher::TaskView
   if (st.spec.remap_root && is_dir("/run/munge")) spank_setenv(sp, "PMIX_MCA_psec", "munge", 1);
 }
 
+volatile sig_atomic_t g_cancelled = 0;
+void note_cancel(int) { g_cancelled = 1; }
+
+// The task's status as its own: the same exit code, or death by the same signal.
+[[noreturn]] void exit_like(int status) {
+  if (WIFSIGNALED(status)) {
+    signal(WTERMSIG(status), SIG_DFL);
+    kill(getpid(), WTERMSIG(status));
+    _exit(128 + WTERMSIG(status));
+  }
+  _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+// --container-save: slurmstepd reads a task's exit status before any plugin callback runs
+// (_wait_for_any_task() in slurmstepd's mgr.c), so a save done after the task has exited could
+// never fail the step. The task (outside the container, as the user) therefore runs the command
+// in a child and waits for it; the node's last task to finish saves the container while its
+// holder still runs, and a failed save is its exit status. srun's signals reach the child
+// directly (the step's processes all get them); scancel's SIGTERM means no save.
+[[noreturn]] void save_after_command(const PluginState& st, pid_t child) {
+  for (int sig : {SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE}) signal(sig, SIG_IGN);
+  signal(SIGTERM, note_cancel);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (__atomic_sub_fetch(st.tasks_running, 1, __ATOMIC_ACQ_REL) != 0 || g_cancelled) exit_like(status);
+  launcher::SaveRequest req{.holder = st.holder.pid(), .spec = st.spec, .cache_dir = st.cache_dir,
+                            .manifest_digest = st.image->manifest_digest,
+                            .output_path = st.options.save_path};
+  if (auto saved = launcher::save_container(req); !saved.ok()) {
+    log_error(saved.message());
+    exit_like(WIFEXITED(status) && WEXITSTATUS(status) != 0 ? status : 1 << 8);
+  }
+  log_info("saved the container to " + req.output_path);
+  exit_like(status);
+}
+
 }  // namespace
 
 int remote_task_init(spank_t sp) {
@@ -88,6 +128,14 @@ int remote_task_init(spank_t sp) {
   if (st.options.entrypoint_log && spank_get_item(sp, S_TASK_ID, &local_task) == ESPANK_SUCCESS &&
       local_task == 0 && !st.entrypoint_output.empty())
     (void)!write(STDERR_FILENO, st.entrypoint_output.data(), st.entrypoint_output.size());
+  if (st.tasks_running) {
+    const pid_t child = fork();
+    if (child < 0) {
+      log_error(std::string("--container-save: fork: ") + strerror(errno));
+      return -1;
+    }
+    if (child > 0) save_after_command(st, child);
+  }
   apply_image_env(sp, st);
   launcher::TaskView view = task_view(sp, st);
   adjust_pmix_env(sp, st, view);
@@ -111,16 +159,6 @@ int remote_task_init(spank_t sp) {
       return -1;
     }
   }
-  return 0;
-}
-
-// slurmstepd, as each task of the node exits: the last one out saves the container if asked.
-int remote_task_exit(spank_t sp) {
-  PluginState& st = state();
-  uint32_t local_tasks = 0;
-  if (!st.image || spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) != ESPANK_SUCCESS)
-    return 0;
-  if (++st.tasks_exited == local_tasks) save_container(st);
   return 0;
 }
 

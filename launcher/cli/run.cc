@@ -26,7 +26,7 @@
 #include "options/entrypoint.h"
 #include "runtime/container.h"
 #include "runtime/seccomp.h"
-#include "runtime/snapshot.h"
+#include "runtime/save.h"
 
 namespace slipway::launcher::cli {
 namespace {
@@ -64,6 +64,7 @@ Result<JobOptions> parse_options(const std::vector<std::string>& args, size_t en
   };
   SLIPWAY_TRY(apply_env_defaults(opts, lookup, env_flag("SLIPWAY_HONOR_PYXIS_ENV", true), cwd));
   SLIPWAY_TRY(validate_options(opts));
+  if (!opts.save_path.empty()) SLIPWAY_TRY(check_save_target(opts.save_path));
   if (!opts.wants_container())
     return Status::error("run: give --container-image=IMAGE (or --container-name=NAME)", EINVAL);
   return opts;
@@ -156,19 +157,12 @@ void apply_image_env(const Prepared& p, const std::vector<std::string>& exported
     setenv("HOME", home.c_str(), 1);
 }
 
-// --container-save: the container's changes (the overlay's upper directory: on the holder's tmpfs,
-// or on disk for a named container) on top of the image, as an OCI archive.
+// --container-save (runtime/save.h), while HOLDER still keeps the container.
 Status save_container(const ContainerHolder& holder, const Prepared& p) {
-  SnapshotRequest req;
-  req.cache_dir = import_options().cache_dir;
-  req.manifest_digest = p.image.manifest_digest;
-  req.upper_dir = p.spec.persistent_dir.empty()
-                      ? "/proc/" + std::to_string(holder.pid()) + "/root" + p.spec.scratch_dir + "/upper"
-                      : p.spec.persistent_dir + "/upper";
-  req.output_path = p.opts.save_path;
-  Status st = save_snapshot(req);
-  if (!st.ok()) return Status::error("--container-save=" + req.output_path + ": " + st.message(), st.error_number());
-  return st;
+  return launcher::save_container({.holder = holder.pid(), .spec = p.spec,
+                                   .cache_dir = import_options().cache_dir,
+                                   .manifest_digest = p.image.manifest_digest,
+                                   .output_path = p.opts.save_path});
 }
 
 // Under srun: find the node's holder for this step, or start it (and run the entrypoint in it:

@@ -1,0 +1,146 @@
+// --container-save (see save.h). The squashfs file is made in a child that joins the holder's user
+// and mount namespaces and, in a private copy of the latter, sees the container's overlay root
+// alone (a clone of that one mount, without /proc, /dev, binds or other submounts), which
+// mksquashfs(1) packs with every file owned by root, as enroot's images are.
+#include "runtime/save.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "runtime/container.h"
+#include "runtime/snapshot.h"
+
+namespace slipway::launcher {
+namespace {
+
+constexpr const char* kMksquashfs = "mksquashfs";
+
+// In the child: the container's root alone at SCRATCH/save (a fresh tmpfs over SCRATCH in a
+// private mount namespace), for mksquashfs to read.
+Status expose_root(const SaveRequest& req, std::string& root_out) {
+  LaunchSpec joined = req.spec;
+  joined.unshare_net = joined.unshare_ipc = joined.unshare_uts = false;
+  SLIPWAY_TRY(join_namespaces(req.holder, joined));
+  SLIPWAY_SYS(unshare(CLONE_NEWNS), "unshare a mount namespace");
+  SLIPWAY_SYS(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), "make / private");
+  const std::string& s = req.spec.scratch_dir;
+  UniqueFd root(open_tree(AT_FDCWD, (s + "/root").c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!root.valid()) return Status::from_errno("clone the container's root", errno);
+  SLIPWAY_SYS(mount("slipway", s.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700"), "mount tmpfs");
+  root_out = s + "/save";
+  SLIPWAY_SYS(mkdir(root_out.c_str(), 0700), "mkdir " + root_out);
+  SLIPWAY_SYS(move_mount(root.get(), "", AT_FDCWD, root_out.c_str(), MOVE_MOUNT_F_EMPTY_PATH),
+              "attach the container's root");
+  return Status();
+}
+
+// The last non-empty line of TEXT.
+std::string last_line(const std::string& text) {
+  size_t end = text.find_last_not_of("\n ");
+  if (end == std::string::npos) return "";
+  size_t start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+Status save_squashfs(const SaveRequest& req) {
+  const std::string tmp = req.output_path + ".slipway-tmp-" + std::to_string(getpid());
+  int fds[2];
+  SLIPWAY_SYS(pipe2(fds, O_CLOEXEC), "pipe");
+  UniqueFd rd(fds[0]), wr(fds[1]);
+  pid_t pid = fork();
+  if (pid < 0) return Status::from_errno("fork", errno);
+  if (pid == 0) {
+    std::string root;
+    Status st = expose_root(req, root);
+    if (!st.ok()) {
+      const std::string msg = st.message() + "\n";
+      (void)!write(wr.get(), msg.data(), msg.size());
+      _exit(126);
+    }
+    dup2(wr.get(), STDOUT_FILENO);
+    dup2(wr.get(), STDERR_FILENO);
+    std::vector<const char*> argv = {kMksquashfs, root.c_str(), tmp.c_str(), "-noappend",
+                                     "-all-root", "-comp", "zstd", "-no-progress", "-quiet",
+                                     nullptr};
+    execvp(kMksquashfs, const_cast<char* const*>(argv.data()));
+    const std::string msg = std::string("cannot run mksquashfs: ") + strerror(errno) +
+                            " (install squashfs-tools on the node)\n";
+    (void)!write(STDERR_FILENO, msg.data(), msg.size());
+    _exit(127);
+  }
+  wr.reset();
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(rd.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    if (out.size() < 65536) out.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(tmp.c_str(), req.output_path.c_str()) == 0)
+    return Status();
+  const int err = errno;
+  unlink(tmp.c_str());
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    return Status::from_errno("rename " + tmp + " to " + req.output_path, err);
+  std::string why = last_line(out);
+  return Status::error(why.empty() ? "mksquashfs failed" : why, EIO);
+}
+
+}  // namespace
+
+bool is_squashfs_path(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".sqsh") == 0;
+}
+
+Status save_container(const SaveRequest& req) {
+  Status st;
+  if (is_squashfs_path(req.output_path)) {
+    st = save_squashfs(req);
+  } else {
+    SnapshotRequest snap;
+    snap.cache_dir = req.cache_dir;
+    snap.manifest_digest = req.manifest_digest;
+    // The changes: the overlay's upper directory, on disk for a named container, else on the
+    // holder's tmpfs, reached through its root.
+    snap.upper_dir = req.spec.persistent_dir.empty()
+                         ? "/proc/" + std::to_string(req.holder) + "/root" + req.spec.scratch_dir + "/upper"
+                         : req.spec.persistent_dir + "/upper";
+    snap.output_path = req.output_path;
+    st = save_snapshot(snap);
+  }
+  if (st.ok()) return st;
+  return Status::error("--container-save=" + req.output_path + ": the container was not saved: " +
+                           st.message(),
+                       st.error_number());
+}
+
+Status check_save_target(const std::string& path) {
+  struct stat s;
+  const bool is_dir = (!path.empty() && path.back() == '/') ||
+                      (stat(path.c_str(), &s) == 0 && S_ISDIR(s.st_mode));
+  if (is_dir)
+    return Status::error("--container-save='" + path + "' is a directory; give a file path, e.g. " +
+                             (path.back() == '/' ? path : path + "/") +
+                             "image.sqsh (squashfs, as pyxis) or image.tar (an OCI archive)",
+                         EISDIR);
+  const std::string dir = path.substr(0, path.rfind('/'));
+  if (!dir.empty() && (stat(dir.c_str(), &s) != 0 || !S_ISDIR(s.st_mode)))
+    return Status::error("--container-save='" + path + "': directory '" + dir +
+                             "' does not exist; create it or fix the path",
+                         ENOENT);
+  return Status();
+}
+
+}  // namespace slipway::launcher

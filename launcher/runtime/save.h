@@ -1,0 +1,34 @@
+// --container-save=PATH, for the plugin and `slipway run` alike: the container's filesystem (the
+// cached image plus its changes) as an OCI archive (snapshot.h), or, for a PATH ending in .sqsh
+// (what pyxis writes and --container-image takes back), as a squashfs file made by mksquashfs from
+// the container's root. Either is written beside PATH under a temporary name and renamed into
+// place: a failed save leaves nothing at PATH. Called as the job user while the holder still runs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/status.h"
+#include "runtime/launch_spec.h"
+
+namespace slipway::launcher {
+
+struct SaveRequest {
+  pid_t holder = -1;            // the holder of the container (its namespaces, its tmpfs)
+  LaunchSpec spec;              // the container's spec (scratch dir, persistent dir)
+  std::string cache_dir;        // the node cache the image is in
+  std::string manifest_digest;  // the image the container was made from
+  std::string output_path;      // absolute
+};
+
+bool is_squashfs_path(const std::string& path);
+
+// The error names the option as the user gave it and the cause.
+Status save_container(const SaveRequest& req);
+
+// Checks a --container-save target before anything runs (srun, sbatch, salloc, slipway run): a
+// file path whose directory exists; a directory ("/tmp/", ".") is refused with the fix.
+Status check_save_target(const std::string& path);
+
+}  // namespace slipway::launcher
