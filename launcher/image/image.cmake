@@ -12,6 +12,7 @@ target_sources(slipway_launcher PRIVATE
   image/image_ref.cc
   image/import.cc
   image/import_build.cc
+  image/import_daemon.cc
   image/import_local.cc
   image/import_squashfs.cc
   image/layer.cc

@@ -165,6 +165,7 @@ bool is_valid_digest(std::string_view digest) {
 }
 
 std::string ImageRef::str() const {
+  if (kind == Kind::kDaemon) return (daemon == "docker" ? "dockerd://" : "podman://") + repository;
   if (kind != Kind::kRegistry) return path;
   std::string s = registry + "/" + repository;
   if (!tag.empty()) s += ":" + tag;
@@ -183,6 +184,20 @@ Result<ImageRef> parse_image_ref(std::string_view text, const RefDefaults& defau
       s == "..") {
     auto kind = is_archive_name(s) ? ImageRef::Kind::kArchive : ImageRef::Kind::kOciLayout;
     return parse_local(s, kind, defaults);
+  }
+  for (auto [scheme, daemon] : {std::pair{"dockerd://", "docker"}, {"podman://", "podman"}}) {
+    if (!starts_with(s, scheme)) continue;
+    std::string_view name = s.substr(std::string_view(scheme).size());
+    // NAME goes to the tool as one argument: no option ('-'), no blank, nothing empty.
+    if (name.empty() || name[0] == '-' || name.find_first_of(" \t\n") != std::string_view::npos)
+      return Status::error("image '" + std::string(text) + "': give the image's name after " +
+                               scheme + ", e.g. " + scheme + "ubuntu:22.04",
+                           EINVAL);
+    ImageRef ref;
+    ref.kind = ImageRef::Kind::kDaemon;
+    ref.daemon = daemon;
+    ref.repository = std::string(name);
+    return ref;
   }
   if (starts_with(s, "docker://")) s.remove_prefix(9);
   return parse_remote(text, s, defaults);

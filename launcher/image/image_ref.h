@@ -11,13 +11,17 @@
 namespace slipway::launcher {
 
 struct ImageRef {
-  enum class Kind { kRegistry, kArchive, kOciLayout };
+  // kDaemon: an image in the node's Docker daemon (dockerd://NAME) or the user's Podman store
+  // (podman://NAME), exported with `docker save` / `podman save` (enroot's and pyxis's schemes).
+  enum class Kind { kRegistry, kArchive, kOciLayout, kDaemon };
   Kind kind = Kind::kRegistry;
   std::string registry;    // "registry-1.docker.io", "10.77.0.1:5000", ...
   std::string repository;  // "library/ubuntu", "slipway/busybox"
   std::string tag;         // "latest" when none given and no digest
   std::string digest;      // "sha256:<64 hex>" or empty
   std::string path;        // for kArchive / kOciLayout: absolute path
+  std::string daemon;      // for kDaemon: "docker" or "podman"; repository holds NAME as given
+  std::string origin;      // what an archive was made from ("podman://NAME"), shown for it
   std::string str() const; // canonical "registry/repo:tag@digest" (or the path)
 };
 
@@ -34,6 +38,7 @@ inline constexpr std::string_view kDockerHubRegistry = "registry-1.docker.io";
 //     "docker.io" and "index.docker.io" mean registry-1.docker.io, where one-component names get
 //     "library/". REPO components: [a-z0-9]+ joined by '.', '_', '__' or '-'+. TAG: [A-Za-z0-9_]
 //     then up to 127 of [A-Za-z0-9_.-].
+//   dockerd://NAME | podman://NAME      an image of the node's Docker daemon or Podman store
 //   docker-archive:PATH | oci-archive:PATH | oci:PATH | PATH starting with '/', './' or '../'
 //     A PATH ending in .tar, .tar.gz, .tgz or .tar.zst is an archive, anything else an OCI layout
 //     directory. Relative paths are made absolute against defaults.cwd.

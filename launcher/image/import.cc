@@ -80,6 +80,7 @@ Result<ImportedImage> find_cached_image(const NodeCache& cache, std::string_view
 }
 
 Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opts) {
+  if (ref.kind == ImageRef::Kind::kDaemon) return import_daemon_image(ref, opts);
   if (ref.kind != ImageRef::Kind::kRegistry) return import_local_image(ref, opts);
   NodeCache cache(opts.cache_dir);
   // Pinned and cached: no registry client (CA bundle, curl), and nothing to create.

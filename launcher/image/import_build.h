@@ -61,4 +61,7 @@ Result<ImportedImage> cached_and_touched(const NodeCache& cache, const std::stri
 // import_image() for ImageRef::Kind::kArchive and kOciLayout (import_local.cc).
 Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOptions& opts);
 
+// import_image() for ImageRef::Kind::kDaemon (import_daemon.cc).
+Result<ImportedImage> import_daemon_image(const ImageRef& ref, const ImportOptions& opts);
+
 }  // namespace slipway::launcher

@@ -398,20 +398,21 @@ Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOption
   NodeCache cache(opts.cache_dir);
   SLIPWAY_TRY(cache.ensure_layout());
   Progress progress(opts.progress);
-  const std::string image = ref.path;
+  // What errors and `slipway images` call it: the path, or what it was exported from.
+  const std::string image = ref.origin.empty() ? ref.path : ref.origin;
   progress.report("reading " + image);
   {
     // enroot's squashfs images (what pyxis users have on disk) take their own path, which loads
     // libarchive and libcrypto only when the image is not cached.
     // O_NONBLOCK: a FIFO given as the image must not hang the step (it is refused below).
-    UniqueFd fd(::open(image.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    UniqueFd fd(::open(ref.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     struct stat st;
     if (fd.valid() && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && is_squashfs(fd.get()))
-      return import_squashfs_image(image, fd.get(), opts, progress);
+      return import_squashfs_image(ref.path, fd.get(), opts, progress);
   }
   SLIPWAY_TRY(archive_library().load());
   SLIPWAY_TRY(crypto_library().load());
-  auto src = open_source(image);
+  auto src = open_source(ref.path);
   SLIPWAY_TRY(src);
   auto local = read_local(**src, image);
   SLIPWAY_TRY(local);

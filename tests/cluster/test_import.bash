@@ -265,6 +265,7 @@ wait_listening() {
 }
 
 write_credentials() {
+    install -d -o slwuser -g slwuser -m 0755 "$(dirname "$(dirname "$CREDS")")"
     install -d -o slwuser -m 0700 "$(dirname "$CREDS")"
     printf '%s\n' "$@" >"$CREDS"
     chown slwuser "$CREDS" && chmod 0600 "$CREDS"

@@ -240,3 +240,34 @@ test_site_default_writable() {
     run_job srun -K --container-image="$BUSYBOX" sh -c '(echo x >/made) 2>/dev/null || echo read-only-again'
     assert_output "read-only-again"
 }
+
+# enroot's schemes, which pyxis passes on: podman://NAME from the user's rootless Podman store on
+# the node (the sandbox's nodes share this machine's homes), dockerd://NAME from a Docker daemon.
+test_podman_and_dockerd_images() {
+    run_job podman pull -q --tls-verify=false "$BUSYBOX"
+    assert_success
+    run_job srun -N2 -K --container-image="podman://$BUSYBOX" sh -c 'echo "$(hostname) $(cat /etc/slipway-image)"'
+    assert_success
+    assert_equal 2 "$(grep -Ecx 'node[0-9]+ busybox' <<<"$output")" "tasks in the image from podman"
+    local script=$DIR/podman.sh
+    printf '#!/bin/sh\n#SBATCH --container-image=podman://%s\n#SBATCH -N1 --time=2\nsrun -K cat /etc/slipway-image\n' \
+        "$BUSYBOX" >"$script"
+    chown slwuser "$script"
+    run_batch "$script"
+    assert_success
+    assert_output_contains "busybox"
+    in_alloc 1 "srun -K --container-image=podman://$BUSYBOX cat /etc/slipway-image"
+    assert_success
+    assert_output_contains "busybox"
+    run_job srun -K --container-image=podman://no/such:image true
+    assert_failure
+    assert_output_contains "failed to import docker image 'podman://no/such:image': cannot export 'podman://no/such:image' from podman"
+    run_job srun -K --container-image=podman://--help true
+    assert_failure
+    assert_output_contains "give the image's name after podman://"
+    # No Docker daemon runs on the sandbox: the error says which daemon could not be asked.
+    run_job srun -K --container-image=dockerd://busybox true
+    assert_failure
+    assert_output_contains "cannot export 'dockerd://busybox' from docker"
+    run_job podman rmi -f "$BUSYBOX"
+}

@@ -79,6 +79,22 @@ START_TEST(local_paths) {
 }
 END_TEST
 
+// enroot's daemon schemes: the name goes to docker save / podman save as it was written.
+START_TEST(daemon_schemes) {
+  auto d = parse_image_ref("dockerd://ubuntu:22.04");
+  ck_assert(d.ok() && d->kind == ImageRef::Kind::kDaemon);
+  ck_assert_str_eq(d->daemon.c_str(), "docker");
+  ck_assert_str_eq(d->repository.c_str(), "ubuntu:22.04");
+  EXPECT_CANON("dockerd://ubuntu:22.04", "dockerd://ubuntu:22.04");
+  auto p = parse_image_ref("podman://localhost/a/b:t");
+  ck_assert(p.ok() && p->kind == ImageRef::Kind::kDaemon);
+  ck_assert_str_eq(p->daemon.c_str(), "podman");
+  EXPECT_CANON("podman://localhost/a/b:t", "podman://localhost/a/b:t");
+  for (const char* bad : {"podman://", "dockerd://", "podman://-o", "dockerd://a b"})
+    ck_assert_msg(!parse_image_ref(bad).ok(), "accepted '%s'", bad);
+}
+END_TEST
+
 START_TEST(invalid_references) {
   const std::string bad[] = {
       "",
@@ -121,6 +137,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, site_default_registry);
   tcase_add_test(tc, local_paths);
   tcase_add_test(tc, invalid_references);
+  tcase_add_test(tc, daemon_schemes);
   suite_add_tcase(s, tc);
   return s;
 }
