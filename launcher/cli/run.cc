@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,7 +129,10 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
                              in);
   SLIPWAY_TRY(spec);
   p.spec = std::move(*spec);
-  auto filter = compile_fake_root_filter();
+  struct utsname machine = {};
+  uname(&machine);
+  auto filter = cached_fake_root_filter(cache + "/seccomp-" + machine.machine + "-v" +
+                                        std::to_string(kFakeRootFilterVersion) + ".bpf");
   SLIPWAY_TRY(filter);
   p.seccomp = std::move(*filter);
   p.entrypoint = p.opts.entrypoint.value_or(env_flag("SLIPWAY_EXECUTE_ENTRYPOINT", false)) &&

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 
+#include "common/file_util.h"
 #include "common/lazy_library.h"
 #include "common/unique_fd.h"
 
@@ -103,6 +104,22 @@ Result<SeccompProgram> compile_fake_root_filter() {
   }
   SLIPWAY_TRY(add_device_mknod_rules(ctx.get()));
   return export_program(ctx.get());
+}
+
+Result<SeccompProgram> cached_fake_root_filter(const std::string& cache_file) {
+  if (auto bytes = read_file_limited(cache_file, 64 << 10);
+      bytes.ok() && !bytes->empty() && bytes->size() % sizeof(sock_filter) == 0) {
+    SeccompProgram p;
+    p.instructions.resize(bytes->size() / sizeof(sock_filter));
+    std::memcpy(p.instructions.data(), bytes->data(), bytes->size());
+    return p;
+  }
+  auto program = compile_fake_root_filter();
+  SLIPWAY_TRY(program);
+  (void)write_file_atomic(cache_file,
+                          std::string(reinterpret_cast<const char*>(program->instructions.data()),
+                                      program->instructions.size() * sizeof(sock_filter)));
+  return program;
 }
 
 Status install_seccomp(const SeccompProgram& program) {

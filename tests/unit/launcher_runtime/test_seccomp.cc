@@ -132,12 +132,42 @@ START_TEST(compiled_filter_installs_where_no_library_is_found) {
 }
 END_TEST
 
+// slipway run reads the program from the user's cache instead of compiling it at every start: the
+// first call writes the file, later ones read the same program back; a damaged file is rewritten.
+START_TEST(cached_filter_is_written_once_and_read_back) {
+  char dir[] = "/tmp/slw-seccomp-cache-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  const std::string file = std::string(dir) + "/filter.bpf";
+  auto compiled = slipway::launcher::compile_fake_root_filter();
+  ck_assert(compiled.ok());
+  const size_t bytes = compiled->instructions.size() * sizeof(sock_filter);
+  auto first = slipway::launcher::cached_fake_root_filter(file);
+  ck_assert(first.ok());
+  struct stat st;
+  ck_assert_int_eq(stat(file.c_str(), &st), 0);
+  ck_assert_int_eq(st.st_size, static_cast<off_t>(bytes));
+  // A file that is not a program's worth of instructions is compiled and written again.
+  FILE* f = fopen(file.c_str(), "w");
+  fputs("junk", f);
+  fclose(f);
+  auto second = slipway::launcher::cached_fake_root_filter(file);
+  ck_assert(second.ok());
+  ck_assert_int_eq(second->instructions.size(), compiled->instructions.size());
+  ck_assert_int_eq(memcmp(second->instructions.data(), compiled->instructions.data(), bytes), 0);
+  ck_assert_int_eq(stat(file.c_str(), &st), 0);
+  ck_assert_int_eq(st.st_size, static_cast<off_t>(bytes));
+  std::string cmd = std::string("rm -rf ") + dir;
+  (void)!system(cmd.c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("seccomp");
   TCase* tc = tcase_create("fake_root");
   tcase_add_test(tc, root_only_calls_succeed_as_no_ops);
   tcase_add_test(tc, other_calls_still_fail_normally);
   tcase_add_test(tc, compiled_filter_installs_where_no_library_is_found);
+  tcase_add_test(tc, cached_filter_is_written_once_and_read_back);
   suite_add_tcase(s, tc);
   return s;
 }
