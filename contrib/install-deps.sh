@@ -12,9 +12,12 @@ packages=(
   # the sandbox cluster and its registry
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge iproute2 docker-registry skopeo
   umoci debootstrap busybox-static jq procps psmisc util-linux openmpi-bin curl ca-certificates
-  # squashfs images (enroot's format): sqfs2tar reads them, mksquashfs makes the test ones
+  # squashfs images (enroot's format): sqfs2tar reads them, mksquashfs makes the test ones and
+  # --container-save=*.sqsh
   squashfs-tools squashfs-tools-ng
-  # benchmarks' peers and examples' data
+  # local package repositories for the package-manager tests (apt's is written by hand)
+  rpm createrepo-c
+  # benchmarks' peers, podman:// images, and examples' data
   charliecloud bubblewrap podman uidmap dataset-fashion-mnist apache2-utils openssl zstd pigz
 )
 

@@ -8,10 +8,11 @@
 setup_file() {
     require_sandbox
     require_plugin
-    require_images busybox busybox-env debian-python
+    require_images busybox busybox-env debian-python dnf
     BUSYBOX=$(image_ref busybox)
     ENVIMG=$(image_ref busybox-env)
     PYTHON=$(image_ref debian-python)
+    DNF=$(image_ref dnf)
     DIR=$(job_user_home)/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-compat
     rm -rf "$DIR"
     mkdir -p "$DIR/sub"
@@ -121,6 +122,50 @@ EOS
     run_batch "$script"
     assert_success
     assert_output_contains "from-the-repo"
+}
+
+# The same for dnf: an RPM whose file belongs to another user (rpm chowns it) from a local
+# repository made with rpmbuild and createrepo_c. (contrib/images/dnf: Debian's dnf and rpm.)
+make_rpm_repo() {
+    local top=$DIR/rpmbuild
+    rm -rf "$top" "$DIR/rpmrepo"
+    mkdir -p "$top" "$DIR/rpmrepo"
+    cat >"$top/test.spec" <<'EOS'
+Name: slipway-dnf-test
+Version: 1.0
+Release: 1
+Summary: Slipway test package
+License: MIT
+BuildArch: noarch
+AutoReqProv: no
+%description
+A file owned by another user, as real packages have: rpm chowns it on install.
+%install
+mkdir -p %{buildroot}/opt/slipway-dnf
+echo from-the-rpm > %{buildroot}/opt/slipway-dnf/data
+%files
+%attr(0644,daemon,daemon) /opt/slipway-dnf/data
+EOS
+    rpmbuild -bb --quiet --define "_topdir $top" "$top/test.spec" >/dev/null
+    cp "$top"/RPMS/noarch/*.rpm "$DIR/rpmrepo/"
+    createrepo_c -q "$DIR/rpmrepo"
+    chown -R slwuser: "$DIR/rpmrepo"
+}
+
+test_dnf_install_under_remap_root() {
+    make_rpm_repo
+    local install=$DIR/dnf-install.sh
+    cat >"$install" <<EOS
+printf '[local]\nname=local\nbaseurl=file://$DIR/rpmrepo\ngpgcheck=0\n' >/etc/yum.repos.d/local.repo
+dnf -y -q --releasever=12 install slipway-dnf-test >/dev/null 2>&1 && echo "installed \$(cat /opt/slipway-dnf/data)"
+EOS
+    chown slwuser "$install"
+    run_job srun -N2 -K --container-image="$DNF" --container-remap-root --container-writable sh "$install"
+    assert_success
+    assert_equal 2 "$(grep -cx 'installed from-the-rpm' <<<"$output")" "nodes that installed the RPM"
+    in_alloc 1 "srun -K --container-image=$DNF --container-remap-root --container-writable sh $install"
+    assert_success
+    assert_output_contains "installed from-the-rpm"
 }
 
 test_home_is_root_s_under_remap_root() {
