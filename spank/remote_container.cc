@@ -19,7 +19,6 @@
 #include "options/entrypoint.h"
 #include "plugin_state.h"
 #include "runtime/run_in.h"
-#include "runtime/snapshot.h"
 
 namespace slipway::spank {
 namespace {
@@ -105,6 +104,63 @@ Result<std::string> named_container_image(const PluginState& st) {
   return launcher::named_container_image(st.named_dir, st.options.container_name);
 }
 
+namespace {
+
+// This step's holder: a new container, or, when one runs under the name, a holder that joins it
+// (auto, exec) or a new instance of its root (no_exec), as in pyxis. An instance whose step ends
+// while we join it is passed over for the next live one, or for a fresh start where the mode
+// allows one. SPEC is what the holder runs (a joined container's settings are the instance's).
+Result<launcher::ContainerHolder> start_step_holder(PluginState& st, launcher::LaunchSpec& spec,
+                                                   bool& joined) {
+  const launcher::LaunchSpec planned = spec;
+  const std::string& name = st.options.container_name;
+  for (int attempt = 0;; ++attempt) {
+    spec = planned;
+    launcher::HolderOptions how;
+    joined = st.running && st.options.name_mode != NameMode::kNoExec;
+    if (joined) {
+      // The running container as it is: its root, mounts and namespaces (pyxis attaches).
+      launcher::take_instance_settings(*st.running, spec);
+      how.join = st.running->pid;
+    } else if (st.running) {
+      if (st.running->remap_root != spec.remap_root)
+        return Status::error("container '" + name + "' runs " +
+                                 (st.running->remap_root ? "with" : "without") +
+                                 " --container-remap-root on " + node_name() +
+                                 "; a new instance of it must too: give the same option",
+                             EINVAL);
+      how.adopt = st.running->pid;
+    }
+    // The holder becomes the user itself; slurmstepd's own threads stay root meanwhile.
+    auto holder = [&] {
+      EuidRoot root;
+      return launcher::start_holder(spec, how);
+    }();
+    if (holder.ok()) return holder;
+    // The instance we joined may have gone meanwhile (a zombie too has no namespaces left).
+    std::vector<launcher::Instance> live;
+    if (st.running && attempt < 8) live = launcher::live_instances(st.instances_dir);
+    const bool vanished = st.running && attempt < 8 &&
+                          std::none_of(live.begin(), live.end(),
+                                       [&](const auto& i) { return i.pid == st.running->pid; });
+    if (!vanished)
+      return Status::error("cannot start " +
+                               (st.options.container_image.empty()
+                                    ? "container '" + name + "'"
+                                    : "the container of image '" + st.options.container_image + "'") +
+                               ": " + holder.status().message() + diagnosis_for(holder.status(), st),
+                           holder.status().error_number());
+    st.running.reset();
+    if (!live.empty()) st.running = live.front();
+    if (!st.running && (st.options.name_mode == NameMode::kExec || !st.named_exists))
+      return Status::error("container '" + name + "' stopped running on " + node_name() +
+                               " while this step was joining it; start it again",
+                           ESRCH);
+  }
+}
+
+}  // namespace
+
 Status start_node_container(spank_t sp, PluginState& st) {
   const launcher::PlanInput in{.rootfs = st.image->rootfs, .cache_dir = st.cache_dir,
                                .uid = st.ids->uid, .gid = st.ids->gid,
@@ -121,38 +177,16 @@ Status start_node_container(spank_t sp, PluginState& st) {
   st.seccomp = std::move(*filter);
   if (!st.named_dir.empty() && !st.named_exists && !st.running)
     SLIPWAY_TRY(launcher::record_named_container_image(st.named_dir, st.image->manifest_digest));
-  launcher::HolderOptions how;
-  const bool joins = st.running && st.options.name_mode != NameMode::kNoExec;
-  if (joins) {
-    // The running container as it is: its root, mounts and namespaces (pyxis attaches).
-    launcher::take_instance_settings(*st.running, *spec);
-    how.join = st.running->pid;
-  } else if (st.running) {
-    if (st.running->remap_root != spec->remap_root)
-      return Status::error("container '" + st.options.container_name + "' runs " +
-                               (st.running->remap_root ? "with" : "without") +
-                               " --container-remap-root on " + node_name() +
-                               "; a new instance of it must too: give the same option",
-                           EINVAL);
-    how.adopt = st.running->pid;
-  }
-  // The holder becomes the user itself; slurmstepd's own threads stay root meanwhile.
-  auto holder = [&] {
-    EuidRoot root;
-    return launcher::start_holder(*spec, how);
-  }();
-  if (!holder.ok())
-    return launcher::Status::error("cannot start the container of image '" +
-                                       st.options.container_image + "': " +
-                                       holder.status().message() + diagnosis_for(holder.status(), st),
-                                   holder.status().error_number());
+  bool joined = false;
+  auto holder = start_step_holder(st, *spec, joined);
+  SLIPWAY_TRY(holder);
   st.spec = std::move(*spec);
   st.holder = std::move(*holder);
   SLIPWAY_TRY(launcher::record_instance(st.instances_dir, st.holder.pid(), st.spec,
                                         st.image->manifest_digest));
   st.named_lock.reset();  // recorded: later steps may join or copy it now
   // A container already running has had its entrypoint.
-  return joins ? Status() : run_entrypoint(sp, st);
+  return joined ? Status() : run_entrypoint(sp, st);
 }
 
 void finish_node_container(PluginState& st) {

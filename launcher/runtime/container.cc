@@ -376,11 +376,14 @@ Status check_spec(const LaunchSpec& spec) {
   return Status();
 }
 
-Result<UniqueFd> open_namespace(pid_t pid, const char* name) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/ns/" + name;
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::from_errno("open " + path, errno);
-  return fd;
+// Into HOLDER's namespaces: the user namespace first, which gives us the capabilities over the
+// others it owns; the mount namespace last, which puts our root and cwd at its root (setns(2)).
+Status enter_holder_namespaces(const ContainerHolder& holder) {
+  SLIPWAY_SYS(setns(holder.userns_fd(), CLONE_NEWUSER), "join the container's user namespace");
+  for (const auto& [fd, type] : holder.other_namespaces())
+    SLIPWAY_SYS(setns(fd, type), "join the container's namespace " + std::to_string(type));
+  SLIPWAY_SYS(setns(holder.mntns_fd(), CLONE_NEWNS), "join the container's mount namespace");
+  return Status();
 }
 
 }  // namespace
@@ -395,24 +398,9 @@ Status build_container(const LaunchSpec& spec) {
 
 Status join_namespaces(pid_t holder, const LaunchSpec& spec) {
   SLIPWAY_SYS(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)");
-  auto user = open_namespace(holder, "user");
-  SLIPWAY_TRY(user);
-  std::vector<std::pair<UniqueFd, int>> others;
-  const std::pair<bool, std::pair<const char*, int>> wanted[] = {
-      {spec.unshare_net, {"net", CLONE_NEWNET}},
-      {spec.unshare_ipc, {"ipc", CLONE_NEWIPC}},
-      {spec.unshare_uts, {"uts", CLONE_NEWUTS}},
-      {true, {"mnt", CLONE_NEWNS}}};  // last: it changes our root
-  for (const auto& [want, ns] : wanted) {
-    if (!want) continue;
-    auto fd = open_namespace(holder, ns.first);
-    SLIPWAY_TRY(fd);
-    others.emplace_back(std::move(*fd), ns.second);
-  }
-  SLIPWAY_SYS(setns(user->get(), CLONE_NEWUSER), "join the running container's user namespace");
-  for (const auto& [fd, type] : others)
-    SLIPWAY_SYS(setns(fd.get(), type), "join the running container's namespaces");
-  return Status();
+  auto running = attach_holder(holder, spec);
+  SLIPWAY_TRY(running);
+  return enter_holder_namespaces(*running);
 }
 
 Status adopt_container(pid_t instance, const LaunchSpec& spec) {
@@ -466,12 +454,7 @@ Status enter_container(const LaunchSpec& spec, const TaskView& task) {
 }
 
 Status join_container(const ContainerHolder& holder, const LaunchSpec& spec, const TaskView& task) {
-  // Entering the user namespace first gives us the capabilities over the namespaces it owns; the
-  // holder's mount namespace puts our root and cwd at its root (setns(2)).
-  SLIPWAY_SYS(setns(holder.userns_fd(), CLONE_NEWUSER), "join the container's user namespace");
-  for (const auto& [fd, type] : holder.other_namespaces())
-    SLIPWAY_SYS(setns(fd, type), "join the container's namespace " + std::to_string(type));
-  SLIPWAY_SYS(setns(holder.mntns_fd(), CLONE_NEWNS), "join the container's mount namespace");
+  SLIPWAY_TRY(enter_holder_namespaces(holder));
   return enter_root(spec, task);
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/run_tool.h"
 #include "common/unique_fd.h"
 #include "runtime/container.h"
 #include "runtime/snapshot.h"
@@ -23,6 +24,7 @@ namespace slipway::launcher {
 namespace {
 
 constexpr const char* kMksquashfs = "mksquashfs";
+constexpr uint64_t kMaxSquashfs = 1ull << 40;  // what it may write: no limit in practice
 
 // In the child: the container's root alone at SCRATCH/save (a fresh tmpfs over SCRATCH in a
 // private mount namespace), for mksquashfs to read.
@@ -43,15 +45,11 @@ Status expose_root(const SaveRequest& req, std::string& root_out) {
   return Status();
 }
 
-// The last non-empty line of TEXT.
-std::string last_line(const std::string& text) {
-  size_t end = text.find_last_not_of("\n ");
-  if (end == std::string::npos) return "";
-  size_t start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
-}
-
+// mksquashfs runs in a child that first enters the container (expose_root()); the child hands
+// back why it failed, if it did, through a pipe.
 Status save_squashfs(const SaveRequest& req) {
+  const std::string tool = find_tool(kMksquashfs);
+  if (tool.empty()) return Status::error("mksquashfs is not installed on this node (squashfs-tools)", ENOENT);
   const std::string tmp = req.output_path + ".slipway-tmp-" + std::to_string(getpid());
   int fds[2];
   SLIPWAY_SYS(pipe2(fds, O_CLOEXEC), "pipe");
@@ -59,42 +57,36 @@ Status save_squashfs(const SaveRequest& req) {
   pid_t pid = fork();
   if (pid < 0) return Status::from_errno("fork", errno);
   if (pid == 0) {
-    std::string root;
+    rd.reset();
+    std::string root, why;
     Status st = expose_root(req, root);
     if (!st.ok()) {
-      const std::string msg = st.message() + "\n";
-      (void)!write(wr.get(), msg.data(), msg.size());
-      _exit(126);
+      why = st.message();
+    } else {
+      UniqueFd out(open("/dev/null", O_WRONLY | O_CLOEXEC));
+      why = run_tool({tool, root, tmp, "-noappend", "-all-root", "-comp", "zstd", "-no-progress",
+                      "-quiet"},
+                     out.get(), -1, kMaxSquashfs);
     }
-    dup2(wr.get(), STDOUT_FILENO);
-    dup2(wr.get(), STDERR_FILENO);
-    std::vector<const char*> argv = {kMksquashfs, root.c_str(), tmp.c_str(), "-noappend",
-                                     "-all-root", "-comp", "zstd", "-no-progress", "-quiet",
-                                     nullptr};
-    execvp(kMksquashfs, const_cast<char* const*>(argv.data()));
-    const std::string msg = std::string("cannot run mksquashfs: ") + strerror(errno) +
-                            " (install squashfs-tools on the node)\n";
-    (void)!write(STDERR_FILENO, msg.data(), msg.size());
-    _exit(127);
+    (void)!write(wr.get(), why.data(), why.size());
+    _exit(why.empty() ? 0 : 1);
   }
   wr.reset();
-  std::string out;
+  std::string why;
   char buf[4096];
   for (ssize_t n; (n = read(rd.get(), buf, sizeof buf)) != 0;) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
-    if (out.size() < 65536) out.append(buf, static_cast<size_t>(n));
+    why.append(buf, static_cast<size_t>(n));
   }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(tmp.c_str(), req.output_path.c_str()) == 0)
-    return Status();
+  const bool made = WIFEXITED(status) && WEXITSTATUS(status) == 0 && why.empty();
+  if (made && rename(tmp.c_str(), req.output_path.c_str()) == 0) return Status();
   const int err = errno;
   unlink(tmp.c_str());
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-    return Status::from_errno("rename " + tmp + " to " + req.output_path, err);
-  std::string why = last_line(out);
+  if (made) return Status::from_errno("rename " + tmp + " to " + req.output_path, err);
   return Status::error(why.empty() ? "mksquashfs failed" : why, EIO);
 }
 

@@ -97,7 +97,7 @@ test_many_steps_share_names_at_once() {
     in_alloc 1 "
         for i in \$(seq 0 49); do
             srun --overlap -K --container-image=$BUSYBOX --container-name=c\$((i%5)):no_exec \
-                sh -c \"echo \$i >>/log; sleep 1; echo done\" &
+                sh -c \"echo \$i >>/log; sleep 0.\$((i%7)); echo done\" &
         done
         wait
         for n in 0 1 2 3 4; do srun -K --container-name=c\$n sh -c 'echo lines \$(wc -l </log)'; done"

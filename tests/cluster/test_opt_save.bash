@@ -58,6 +58,7 @@ test_failed_save_fails_the_step() {
         "$BUSYBOX" >"$script"
     chown slwuser "$script"
     run_batch "$script"
+    rm -f "$script"
     assert_failure
     run_job salloc -N1 --time=2 srun -K --container-image="$BUSYBOX" --container-save=/var/lib/slipway-nope.tar true
     assert_failure
