@@ -198,6 +198,12 @@ test_relative_paths_resolve_where_srun_ran() {
     run_job sh -c "cd '$DIR' && sbatch --wait -o '$DIR/rel.out' '$script' >/dev/null; cat '$DIR/rel.out'"
     assert_success
     assert_output_contains "in-sub"
+    # A relative --container-save and --container-image: the same directory.
+    rm -f "$DIR/sub/rel.sqsh"
+    run_job sh -c "cd '$DIR' && salloc -N1 --time=2 sh -c 'cd sub && srun -K --container-image=$BUSYBOX --container-writable --container-save=./rel.sqsh sh -c \"echo relative >/etc/slipway-image\" && srun -K --container-image=./rel.sqsh cat /etc/slipway-image'"
+    assert_success
+    assert_output_contains "relative"
+    assert_file_exists "$DIR/sub/rel.sqsh"
 }
 
 # busybox-env's Env sets FOO=image (contrib/images/busybox-env): a --container-env name the job
