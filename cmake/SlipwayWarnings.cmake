@@ -1,4 +1,4 @@
-# Warning and sanitizer flags shared by every Slipway target (style.md: warnings high).
+# Warning and sanitizer flags shared by every Slipway target (docs/conventions.md, "Build").
 add_library(slipway_warnings INTERFACE)
 target_compile_options(slipway_warnings INTERFACE
   -Wall -Wextra -Wshadow -Wconversion -Wno-sign-conversion

@@ -35,7 +35,8 @@ std::string current_dir() {
 }
 
 // What only this task gets: Slurm's PMIx server directory (in the task's environment only from
-// task_init on: platform.md) and its working directory, unless the node's binds cover it.
+// task_init on: docs/platform.md, "SPANK callbacks") and its working directory, unless the
+// node's binds cover it.
 launcher::TaskView task_view(spank_t sp, const PluginState& st) {
   launcher::TaskView view;
   // sbatch_support: slurmd keeps the batch script in its spool directory; the container gets that
@@ -63,9 +64,9 @@ void apply_image_env(spank_t sp, const PluginState& st) {
     spank_setenv(sp, "HOME", home.c_str(), 1);
 }
 
-// PMIx inside the container (platform.md): without the server's directory bound, the shared
-// memory store (gds ds12/ds21) cannot be used; with root remapped inside, only munge can prove
-// who we are to Slurm's PMIx server.
+// PMIx inside the container (docs/platform.md, "PMIx"): without the server's directory bound,
+// the shared memory store (gds ds12/ds21) cannot be used; with root remapped inside, only munge
+// can prove who we are to Slurm's PMIx server.
 void adjust_pmix_env(spank_t sp, const PluginState& st, const launcher::TaskView& view) {
   auto tmpdir = job_getenv(sp, "PMIX_SERVER_TMPDIR");
   if (!tmpdir) return;  // not a PMIx step

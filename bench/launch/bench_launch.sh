@@ -1,6 +1,6 @@
 #!/bin/bash
 # Per-task start cost of a container with a cached image, Slipway against its peers and the floor,
-# and what --container-image adds to an 8-task srun on 4 nodes (design.md, "Performance model").
+# and what --container-image adds to an 8-task srun on 4 nodes (docs/performance.md).
 #
 #   bench_launch.sh [--runs N] [--rounds R] [--image NAME] [--out DIR]   (as root; measures as the job user)
 #

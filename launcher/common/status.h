@@ -1,7 +1,7 @@
 // Status and Result: how launcher code reports failure without printing, exiting or throwing.
 // A Status carries one line meant for the user (what failed, and how to fix it) plus the errno that
 // caused it; callers add context with `context()` as the error travels up. The SLIPWAY_SYS family
-// checks a system call and returns an error naming the call site (style.md, "Errors").
+// checks a system call and returns an error naming the call site (docs/conventions.md, "Errors").
 #pragma once
 
 #include <cerrno>

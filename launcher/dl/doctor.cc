@@ -68,7 +68,8 @@ ProbeResult in_child(F&& probe) {
 }
 
 // As root, probe as `nobody`: what an unprivileged job user gets is what matters.
-// Changing uid clears the dumpable flag, which leaves /proc/self/uid_map root's (platform.md).
+// Changing uid clears the dumpable flag, which leaves /proc/self/uid_map root's
+// (docs/platform.md, "SPANK callbacks").
 void become_unprivileged() {
   if (geteuid() != 0) return;
   if (setgid(65534) == 0 && setuid(65534) == 0) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);

@@ -66,7 +66,7 @@ Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& si
     spec.binds.push_back({.source = in.home,
                           .destination = spec.remap_root ? kRemappedHome : in.home});
   SLIPWAY_TRY(add_mounts(opts, site, in.node, spec));
-  // With root remapped inside, PMIx can only authenticate through munge (platform.md).
+  // With root remapped inside, PMIx can only authenticate through munge (docs/platform.md, "PMIx").
   if (spec.remap_root && is_dir("/run/munge"))
     spec.binds.push_back({.source = "/run/munge", .destination = "/run/munge"});
   spec.host_files = {"/etc/hosts", "/etc/resolv.conf"};

@@ -1,8 +1,8 @@
 // The container options of a job, shared by the SPANK plugin (srun, sbatch, salloc) and
 // `slipway run`, as one declarative table: SPANK registration, --help text, environment defaults
 // (SLIPWAY_CONTAINER_*, PYXIS_CONTAINER_*) and the man page check all come from option_table()
-// (style.md, "Data as tables"). Names and meanings follow pyxis so job scripts move over unchanged.
-// Parsing is pure (no Slurm calls): unit-tested.
+// (docs/conventions.md, "Data as tables"). Names and meanings follow pyxis so job scripts move
+// over unchanged. Parsing is pure (no Slurm calls): unit-tested.
 #pragma once
 
 #include <functional>

@@ -1,7 +1,7 @@
 // The holder of a node's container (see container.h): forked by the caller, it becomes the job user
 // entirely, closes every inherited descriptor (a child that keeps slurmstepd's descriptors keeps
-// the step alive: platform.md), builds the container, reports "ready" or the error through a pipe,
-// then sleeps until it is killed or its parent dies.
+// the step alive: docs/platform.md, "SPANK callbacks"), builds the container, reports "ready" or
+// the error through a pipe, then sleeps until it is killed or its parent dies.
 #include <fcntl.h>
 #include <sched.h>
 #include <grp.h>

@@ -1,6 +1,6 @@
 // LaunchSpec: everything the runtime needs to put a process into a container, as plain data.
 // The SPANK plugin and the `slipway` command fill it from their options; the runtime knows nothing of
-// Slurm (style.md: launcher/ takes a plain LaunchSpec).
+// Slurm (docs/architecture.md: launcher/ knows nothing of Slurm).
 #pragma once
 
 #include <sys/types.h>

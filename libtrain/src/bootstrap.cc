@@ -1,5 +1,5 @@
 // Bootstrap selection and the three bootstraps. The environment variables are the ones srun,
-// torchrun and Slipway's SPANK plugin set (design.md, step 4).
+// torchrun and Slipway's SPANK plugin set (docs/architecture.md, "The flow of one job step").
 #include "libtrain/bootstrap.h"
 
 #include <unistd.h>

@@ -127,7 +127,7 @@ inline double tolerance(libtrain::DataType dtype, double want) {
   return std::fabs(want) * rel;
 }
 
-// The awkward element counts of a collective over n ranks (style.md, tests).
+// The awkward element counts of a collective over n ranks (docs/conventions.md, "Tests").
 inline std::vector<size_t> counts_for(int n, size_t large) {
   size_t un = static_cast<size_t>(n);
   return {0, 1, un - 1 ? un - 1 : 2, un + 1, large, large / 3 * un + un / 2 + 1};

@@ -1,5 +1,6 @@
 #!/bin/sh
-# The plugin must export only the SPANK symbols (style.md "Build"; pyxis spank_pyxis.lds).
+# The plugin must export only the SPANK symbols (docs/conventions.md, "Build"; pyxis
+# spank_pyxis.lds).
 set -eu
 plugin=$1
 syms=$(nm -D --defined-only "$plugin" | awk '{print $3}' | sort)

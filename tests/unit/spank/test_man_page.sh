@@ -1,6 +1,6 @@
 #!/bin/sh
 # man/spank_slipway.8 must document every option of the plugin's option table and every
-# plugstack.conf key of the configuration table (style.md: tables drive the docs).
+# plugstack.conf key of the configuration table (docs/conventions.md: tables drive the docs).
 set -eu
 options=$1 config=$2 man=$3
 names=$(grep -oE 'OptionId::k[A-Za-z]+, "[a-z-]+"' "$options" | sed 's/.*"\(.*\)"/\1/')
