@@ -322,3 +322,31 @@ test_podman_and_dockerd_images() {
     assert_output_contains "cannot export 'dockerd://busybox' from docker"
     run_job podman rmi -f "$BUSYBOX"
 }
+
+# The same behaviours as #SBATCH directives reach the script's steps: one batch job, several
+# steps, each checking one of them.
+test_sbatch_steps_get_the_same_behaviours() {
+    local script=$DIR/compat-batch.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$PYTHON
+#SBATCH --container-unshare=ipc
+#SBATCH --container-mounts=tmpfs:/scratch:size=1m+mode=0700
+#SBATCH --container-workdir=../../tmp
+#SBATCH -N1 --time=2
+srun -K python3 -c 'import os; m, s = os.openpty(); print("pty", os.ttyname(s).startswith("/dev/pts/"))'
+srun -K sh -c 'f=/tmp/slipway-compat-\$SLURM_JOB_ID; touch \$f; chown 123 \$f && echo chown-noop; rm -f \$f'
+srun -K sh -c 'grep -q " /dev/shm tmpfs " /proc/self/mounts && grep -q " /dev/mqueue mqueue " /proc/self/mounts && echo private-ipc'
+srun -K sh -c 'echo "scratch \$(stat -c %a /scratch) \$(df -k /scratch | tail -n1 | awk "{print \\\$2}")"; pwd'
+srun -K --container-remap-root --container-mount-home sh -c 'echo "HOME=\$HOME"'
+EOS
+    chown slwuser "$script"
+    run_batch "$script"
+    assert_success
+    assert_output_contains "pty True"
+    assert_output_contains "chown-noop"
+    assert_output_contains "private-ipc"
+    assert_output_contains "scratch 700 1024"
+    assert_output_contains "HOME=/root"
+    [[ $output == *$'\n/tmp\n'* || $output == *$'\n/tmp' ]] || fail "working directory is not /tmp:"$'\n'"$output"
+}
