@@ -22,6 +22,8 @@ namespace {
 launcher::RegistryOptions registry_options(const PluginConfig& cfg) {
   launcher::RegistryOptions r;
   r.insecure_registries = cfg.insecure_registries;
+  r.mirrors = cfg.registry_mirrors;
+  r.warn = [](const std::string& line) { log_error(line); };
   r.ca_file = cfg.ca_file;
   if (const char* home = getenv("HOME")) {
     std::string creds = std::string(home) + "/.config/slipway/credentials";

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "common/text.h"
+#include "image/registry.h"
 #include "options/job_options.h"
 
 namespace slipway::spank {
@@ -48,6 +49,14 @@ constexpr std::array kConfigKeys = {
     ConfigKey{"insecure_registries", "comma-separated host[:port] list spoken to over plain HTTP",
               [](PluginConfig& c, std::string_view v) {
                 c.insecure_registries = launcher::split_nonempty(v, ',');
+                return Status();
+              }},
+    ConfigKey{"registry_mirrors", "pull-through mirrors, REGISTRY=MIRROR[,...] (host[:port] each; "
+                                  "docker.io is Docker Hub): asked first, the registry if one fails",
+              [](PluginConfig& c, std::string_view v) {
+                auto m = launcher::parse_registry_mirrors(v);
+                SLIPWAY_TRY(std::move(m).status().context("registry_mirrors"));
+                c.registry_mirrors = std::move(*m);
                 return Status();
               }},
     ConfigKey{"ca_file", "extra CA bundle (PEM) trusted for registries",

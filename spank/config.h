@@ -3,6 +3,7 @@
 // of known ones, so a typo never silently falls back to a default.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct PluginConfig {
   std::string runtime_dir;       // named containers' writable layers; empty: <cache>/containers
   std::string default_registry = "registry-1.docker.io";
   std::vector<std::string> insecure_registries;  // spoken to over plain HTTP
+  std::map<std::string, std::string> registry_mirrors;  // registry_mirrors=: registry -> mirror
   std::string ca_file;           // extra CA bundle for registries
   bool sbatch_support = false;   // run the batch script itself in the container
   bool execute_entrypoint = false;  // default of --container-entrypoint

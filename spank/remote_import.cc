@@ -38,6 +38,7 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
     if (auto body = launcher::decode_manifest_handoff(*handoff); body.ok()) opts.manifest = *body;
   opts.cache_dir = st.cache_dir;
   opts.registry.insecure_registries = st.config.insecure_registries;
+  opts.registry.mirrors = st.config.registry_mirrors;
   opts.registry.ca_file = st.config.ca_file;
   std::string creds = home_of(ids.uid) + "/.config/slipway/credentials";
   if (access(creds.c_str(), R_OK) == 0) opts.registry.credentials_file = creds;
@@ -46,6 +47,8 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   auto work = [ref = *ref, opts, show_progress](
                   const std::function<void(std::string_view)>& progress) mutable {
     if (show_progress) opts.progress = progress;
+    // A failed mirror is said from every node: each asks it on its own.
+    opts.registry.warn = [progress](const std::string& line) { progress(line); };
     return launcher::import_image(ref, opts);
   };
   auto image = import_as_user(ids, work, [](std::string_view line) {

@@ -34,6 +34,14 @@ ImportOptions import_options() {
   ImportOptions o;
   o.cache_dir = env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()));
   o.registry.insecure_registries = env_list("SLIPWAY_INSECURE_REGISTRIES");
+  if (auto m = parse_registry_mirrors(env_or("SLIPWAY_REGISTRY_MIRRORS", "")); m.ok()) {
+    o.registry.mirrors = std::move(*m);
+  } else {
+    // A site setting from the module file: nothing can be imported as the site meant it.
+    fail("SLIPWAY_REGISTRY_MIRRORS: " + m.status().message());
+    exit(2);
+  }
+  o.registry.warn = [](const std::string& line) { fprintf(stderr, "slipway: %s\n", line.c_str()); };
   o.registry.ca_file = env_or("SLIPWAY_CA_FILE", "");
   std::string creds = env_or("HOME", "/") + "/.config/slipway/credentials";
   if (access(creds.c_str(), R_OK) == 0) o.registry.credentials_file = creds;

@@ -65,12 +65,65 @@ RegistryClient::RegistryClient(ImageRef ref, RegistryOptions opts)
 RegistryClient::~RegistryClient() = default;
 
 void RegistryClient::share_auth_from(const RegistryClient& o) {
+  mirror_failed_ = o.mirror_failed_;
   auth_header_ = o.auth_header_;
   use_basic_ = o.use_basic_;
   creds_loaded_ = o.creds_loaded_;
   creds_user_ = o.creds_user_;
   creds_password_ = o.creds_password_;
   creds_status_ = o.creds_status_;
+}
+
+Result<std::map<std::string, std::string>> parse_registry_mirrors(std::string_view text) {
+  std::map<std::string, std::string> out;
+  auto is_host = [](std::string_view h) {
+    return !h.empty() && h.find_first_of("/@ \t") == std::string_view::npos && h.find("://") == h.npos;
+  };
+  size_t i = 0;
+  while (i <= text.size() && !text.empty()) {
+    size_t j = text.find(',', i);
+    if (j == std::string_view::npos) j = text.size();
+    const std::string_view entry = text.substr(i, j - i);
+    const size_t eq = entry.find('=');
+    std::string registry(entry.substr(0, eq == entry.npos ? 0 : eq));
+    const std::string_view mirror = eq == entry.npos ? "" : entry.substr(eq + 1);
+    if (!is_host(registry) || !is_host(mirror))
+      return Status::error("registry mirror '" + std::string(entry) + "' is malformed; use "
+                           "REGISTRY=MIRROR with host[:port] on each side, e.g. "
+                           "docker.io=mirror.example.org:5000",
+                           EINVAL);
+    if (registry == "docker.io" || registry == "index.docker.io") registry = kDockerHubRegistry;
+    out[registry] = std::string(mirror);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string RegistryClient::mirror_url(const std::string& mirror) const {
+  const auto& insecure = opts_.insecure_registries;
+  bool http = std::find(insecure.begin(), insecure.end(), mirror) != insecure.end();
+  return (http ? "http://" : "https://") + mirror + "/v2/" + ref_.repository;
+}
+
+// One try at the mirror (its own retries would only delay the fall-back), never with the
+// registry's credentials: a pull-through cache authenticates upstream itself.
+std::optional<Result<HttpResponse>> RegistryClient::get_from_mirror(
+    const std::string& path, const std::vector<std::string>& headers, Sink* sink, bool head) {
+  auto m = opts_.mirrors.find(ref_.registry);
+  if (m == opts_.mirrors.end() || mirror_failed_->load()) return std::nullopt;
+  HttpRequest req{mirror_url(m->second) + path, headers, {}, {}};
+  req.head = head;
+  if (sink && sink->restart) SLIPWAY_TRY(sink->restart());
+  TransportError kind;
+  auto resp = http_->perform(req, sink ? &sink->body : nullptr, &kind);
+  if (!resp.ok() && kind == TransportError::kNone) return resp;  // the sink failed, not the mirror
+  if (resp.ok() && resp->status >= 200 && resp->status < 300) return resp;
+  const std::string why =
+      resp.ok() ? "HTTP " + std::to_string(resp->status) : resp.status().message();
+  if (!mirror_failed_->exchange(true) && opts_.warn)
+    opts_.warn("warning: registry mirror " + m->second + " failed for '" + ref_.str() + "' (" +
+               why + "); using " + ref_.registry + " itself");
+  return std::nullopt;
 }
 
 std::string RegistryClient::base_url() const {
@@ -121,6 +174,7 @@ Status RegistryClient::http_error(long status, const std::string& what) const {
 Result<HttpResponse> RegistryClient::get(const std::string& path,
                                          const std::vector<std::string>& headers, Sink* sink,
                                          bool head) {
+  if (auto mirrored = get_from_mirror(path, headers, sink, head)) return std::move(*mirrored);
   bool authed_here = false;
   for (int attempt = 0;; ++attempt) {
     HttpRequest req{base_url() + path, headers, {}, {}};

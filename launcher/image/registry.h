@@ -3,9 +3,13 @@
 // stream. Every error is one line naming the image, the registry, the cause and the fix.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -16,11 +20,21 @@ namespace slipway::launcher {
 
 struct RegistryOptions {
   std::vector<std::string> insecure_registries;  // host[:port] spoken to over plain HTTP
+  // Pull-through mirrors, registry host[:port] -> mirror host[:port] (registry_mirrors=): manifests
+  // and blobs are asked of the mirror first, without the registry's credentials, and verified as
+  // always; a mirror that fails (unreachable, or any answer but success) is dropped for the rest of
+  // the import, with one call of `warn`, and the registry itself is asked.
+  std::map<std::string, std::string> mirrors;
+  std::function<void(const std::string& line)> warn;
   std::string ca_file;          // extra CA bundle (in addition to the system store)
   std::string credentials_file; // netrc-style: "machine HOST login USER password PASS"
   long connect_timeout_s = 10;
   int max_retries = 4;
 };
+
+// REGISTRY=MIRROR[,REGISTRY=MIRROR...], each a host[:port] (docker.io means Docker Hub), as the
+// plugin's registry_mirrors= and SLIPWAY_REGISTRY_MIRRORS take it. The error names the entry.
+Result<std::map<std::string, std::string>> parse_registry_mirrors(std::string_view text);
 
 // Tag -> digest of the manifest that will be run (for an index/manifest list: the linux/amd64
 // entry's digest). One manifest request.
@@ -81,7 +95,15 @@ class RegistryClient {
   ImageRef ref_;
   RegistryOptions opts_;
   std::unique_ptr<HttpClient> http_;
+  // The mirror's answer, or nullopt when there is none to ask (or it just failed).
+  std::optional<Result<HttpResponse>> get_from_mirror(const std::string& path,
+                                                      const std::vector<std::string>& headers,
+                                                      Sink* sink, bool head);
+  std::string mirror_url(const std::string& mirror) const;
+
   std::string auth_header_;  // "Authorization: Bearer ..." once a token is held
+  // Set once the mirror failed; shared by the clients of one image (share_auth_from).
+  std::shared_ptr<std::atomic<bool>> mirror_failed_ = std::make_shared<std::atomic<bool>>(false);
   bool use_basic_ = false;
   bool creds_loaded_ = false;
   std::string creds_user_, creds_password_;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "image/image_ref.h"
+#include "image/registry.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
 #include "check_main.h"
 
@@ -95,6 +96,22 @@ START_TEST(daemon_schemes) {
 }
 END_TEST
 
+// registry_mirrors= / SLIPWAY_REGISTRY_MIRRORS: REGISTRY=MIRROR pairs, docker.io as Docker Hub.
+START_TEST(registry_mirrors_parse) {
+  auto m = slipway::launcher::parse_registry_mirrors("docker.io=mirror:5000,10.0.0.1:5000=10.0.0.2:5003");
+  ck_assert_msg(m.ok(), "%s", m.ok() ? "" : m.status().message().c_str());
+  ck_assert_int_eq(m->size(), 2);
+  ck_assert_str_eq(m->at("registry-1.docker.io").c_str(), "mirror:5000");
+  ck_assert_str_eq(m->at("10.0.0.1:5000").c_str(), "10.0.0.2:5003");
+  ck_assert(slipway::launcher::parse_registry_mirrors("").ok());
+  for (const char* bad : {"docker.io", "=m", "a=", "a=http://m", "a=m/path", "a=m,", "a=m b"}) {
+    auto r = slipway::launcher::parse_registry_mirrors(bad);
+    ck_assert_msg(!r.ok(), "accepted '%s'", bad);
+    ck_assert(r.status().message().find("is malformed; use REGISTRY=MIRROR") != std::string::npos);
+  }
+}
+END_TEST
+
 START_TEST(invalid_references) {
   const std::string bad[] = {
       "",
@@ -138,6 +155,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, local_paths);
   tcase_add_test(tc, invalid_references);
   tcase_add_test(tc, daemon_schemes);
+  tcase_add_test(tc, registry_mirrors_parse);
   suite_add_tcase(s, tc);
   return s;
 }
