@@ -23,6 +23,9 @@
 namespace slipway::launcher {
 namespace {
 
+// zstd at level 3: on debian-python's 298 MB root (2-core VM, tmpfs) it made 107 MB in 1.5 s and
+// read back (sqfs2tar) in 0.31 s; zstd's default level 15: 94 MB in 15 s; lzo (enroot's default):
+// 112 MB in 30 s, 0.52 s; lz4: 142 MB in 0.7 s, 0.14 s; gzip: 103 MB in 18 s, 0.93 s.
 constexpr const char* kMksquashfs = "mksquashfs";
 constexpr uint64_t kMaxSquashfs = 1ull << 40;  // what it may write: no limit in practice
 
@@ -64,8 +67,8 @@ Status save_squashfs(const SaveRequest& req) {
       why = st.message();
     } else {
       UniqueFd out(open("/dev/null", O_WRONLY | O_CLOEXEC));
-      why = run_tool({tool, root, tmp, "-noappend", "-all-root", "-comp", "zstd", "-no-progress",
-                      "-quiet"},
+      why = run_tool({tool, root, tmp, "-noappend", "-all-root", "-comp", "zstd",
+                      "-Xcompression-level", "3", "-no-progress", "-quiet"},
                      out.get(), -1, kMaxSquashfs);
     }
     (void)!write(wr.get(), why.data(), why.size());
