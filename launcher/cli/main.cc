@@ -2,6 +2,8 @@
 // function and reports errors as one line "slipway: ..." on stderr with exit status 1 (2 for usage).
 // Settings come from the environment (SLIPWAY_CACHE_DIR, SLIPWAY_DEFAULT_REGISTRY,
 // SLIPWAY_INSECURE_REGISTRIES, SLIPWAY_CA_FILE), as an admin-free user sets them in a module file.
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "cli/cli_common.h"
+#include "runtime/save.h"
 
 namespace slipway::launcher::cli {
 int cmd_doctor(std::vector<std::string>& args);  // doctor.cc
@@ -18,10 +21,27 @@ int cmd_rm(std::vector<std::string>& args);      // cache_commands.cc
 int cmd_gc(std::vector<std::string>& args);      // cache_commands.cc
 namespace {
 
+// import IMAGE [--squashfs PATH]: with --squashfs, the image also becomes one squashfs file, for a
+// shared filesystem (--container-image=PATH then starts from it on every node, as with pyxis).
 int cmd_import(std::vector<std::string>& args) {
-  if (args.size() != 1) return fail("usage: slipway import IMAGE"), 2;
+  std::string squashfs;
+  if (args.size() == 3 && args[1] == "--squashfs") squashfs = args[2];
+  else if (args.size() == 2 && args[1].rfind("--squashfs=", 0) == 0) squashfs = args[1].substr(11);
+  else if (args.size() != 1) return fail("usage: slipway import IMAGE [--squashfs PATH]"), 2;
+  if (args.size() > 1) {
+    if (squashfs.empty()) return fail("import: --squashfs needs a file path, e.g. --squashfs=img.sqsh"), 2;
+    if (char cwd[4096]; squashfs[0] != '/' && getcwd(cwd, sizeof cwd))
+      squashfs = std::string(cwd) + "/" + squashfs;
+    if (auto st = check_save_target(squashfs, "--squashfs"); !st.ok())
+      return fail("import: " + st.message()), 2;
+  }
   auto img = import_text(args[0]);
   if (!img.ok()) return fail(img.status().message());
+  if (!squashfs.empty()) {
+    if (auto st = squash_directory(img->rootfs, squashfs); !st.ok()) return fail(st.message());
+    printf("%s %s\n", img->manifest_digest.c_str(), squashfs.c_str());
+    return 0;
+  }
   printf("%s %s\n", img->manifest_digest.c_str(), img->rootfs.c_str());
   return 0;
 }
@@ -39,7 +59,9 @@ constexpr std::array kCommands = {
                    "                   run COMMAND in the image; under srun, the tasks of a node "
                    "share one container",
             cmd_run},
-    Command{"import", "import IMAGE    import IMAGE into the node cache; print its digest and root",
+    Command{"import", "import IMAGE [--squashfs PATH]\n"
+                      "                   import IMAGE into the node cache; print its digest and root\n"
+                      "                   (with --squashfs: write it as one squashfs file at PATH)",
             cmd_import},
     Command{"doctor", "doctor [--cache-dir=DIR] [--registry=HOST:PORT] [--host-libs=SPEC]\n"
                       "                   check this node for what containers need; say how to fix it",

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,12 +49,13 @@ Status expose_root(const SaveRequest& req, std::string& root_out) {
   return Status();
 }
 
-// mksquashfs runs in a child that first enters the container (expose_root()); the child hands
-// back why it failed, if it did, through a pipe.
-Status save_squashfs(const SaveRequest& req) {
+// Makes OUTPUT a squashfs of the directory PREPARE leaves in its argument, in a child (PREPARE
+// enters namespaces there), written under a temporary name beside OUTPUT and renamed into place;
+// the child hands back why it failed, if it did, through a pipe.
+Status squash(const std::function<Status(std::string&)>& prepare, const std::string& output) {
   const std::string tool = find_tool(kMksquashfs);
   if (tool.empty()) return Status::error("mksquashfs is not installed on this node (squashfs-tools)", ENOENT);
-  const std::string tmp = req.output_path + ".slipway-tmp-" + std::to_string(getpid());
+  const std::string tmp = output + ".slipway-tmp-" + std::to_string(getpid());
   int fds[2];
   SLIPWAY_SYS(pipe2(fds, O_CLOEXEC), "pipe");
   UniqueFd rd(fds[0]), wr(fds[1]);
@@ -62,7 +64,7 @@ Status save_squashfs(const SaveRequest& req) {
   if (pid == 0) {
     rd.reset();
     std::string root, why;
-    Status st = expose_root(req, root);
+    Status st = prepare(root);
     if (!st.ok()) {
       why = st.message();
     } else {
@@ -86,11 +88,48 @@ Status save_squashfs(const SaveRequest& req) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   const bool made = WIFEXITED(status) && WEXITSTATUS(status) == 0 && why.empty();
-  if (made && rename(tmp.c_str(), req.output_path.c_str()) == 0) return Status();
+  // Readable by everyone who can reach the directory (the group a site shares images with).
+  if (made && chmod(tmp.c_str(), 0644) == 0 && rename(tmp.c_str(), output.c_str()) == 0)
+    return Status();
   const int err = errno;
   unlink(tmp.c_str());
-  if (made) return Status::from_errno("rename " + tmp + " to " + req.output_path, err);
+  if (made) return Status::from_errno("publish " + tmp + " as " + output, err);
   return Status::error(why.empty() ? "mksquashfs failed" : why, EIO);
+}
+
+// In the child: a user namespace with the user as root, so that mksquashfs reads files of the
+// user's whatever their mode (CAP_DAC_OVERRIDE over files whose owner is mapped).
+Status become_root_of_own_files() {
+  const uid_t uid = getuid();
+  const gid_t gid = getgid();
+  SLIPWAY_SYS(unshare(CLONE_NEWUSER), "unshare a user namespace");
+  auto write_map = [](const char* file, const std::string& line) {
+    UniqueFd fd(open(file, O_WRONLY | O_CLOEXEC));
+    return fd.valid() && write(fd.get(), line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  };
+  if (!write_map("/proc/self/setgroups", "deny") ||
+      !write_map("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1\n") ||
+      !write_map("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1\n"))
+    return Status::from_errno("map the user to root in a user namespace", errno);
+  return Status();
+}
+
+}  // namespace
+
+Status squash_directory(const std::string& dir, const std::string& output) {
+  Status st = squash(
+      [&](std::string& root) {
+        root = dir;
+        return become_root_of_own_files();
+      },
+      output);
+  return st.ok() ? st : st.context("cannot write squashfs file '" + output + "'");
+}
+
+namespace {
+
+Status save_squashfs(const SaveRequest& req) {
+  return squash([&](std::string& root) { return expose_root(req, root); }, req.output_path);
 }
 
 }  // namespace
@@ -121,18 +160,20 @@ Status save_container(const SaveRequest& req) {
                        st.error_number());
 }
 
-Status check_save_target(const std::string& path) {
+Status check_save_target(const std::string& path, const std::string& option) {
   struct stat s;
   const bool is_dir = (!path.empty() && path.back() == '/') ||
                       (stat(path.c_str(), &s) == 0 && S_ISDIR(s.st_mode));
   if (is_dir)
-    return Status::error("--container-save='" + path + "' is a directory; give a file path, e.g. " +
-                             (path.back() == '/' ? path : path + "/") +
-                             "image.sqsh (squashfs, as pyxis) or image.tar (an OCI archive)",
+    return Status::error(option + "='" + path + "' is a directory; give a file path, e.g. " +
+                             (path.back() == '/' ? path : path + "/") + "image.sqsh" +
+                             (option == "--container-save"
+                                  ? " (squashfs, as pyxis) or image.tar (an OCI archive)"
+                                  : ""),
                          EISDIR);
   const std::string dir = path.substr(0, path.rfind('/'));
   if (!dir.empty() && (stat(dir.c_str(), &s) != 0 || !S_ISDIR(s.st_mode)))
-    return Status::error("--container-save='" + path + "': directory '" + dir +
+    return Status::error(option + "='" + path + "': directory '" + dir +
                              "' does not exist; create it or fix the path",
                          ENOENT);
   return Status();

@@ -27,8 +27,13 @@ bool is_squashfs_path(const std::string& path);
 // The error names the option as the user gave it and the cause.
 Status save_container(const SaveRequest& req);
 
+// Writes OUTPUT as a squashfs of DIR (a tree of the user's: an image's rootfs in the cache), every
+// file owned by root, mode 0644, published with one rename (`slipway import IMAGE --squashfs`).
+Status squash_directory(const std::string& dir, const std::string& output);
+
 // Checks a --container-save target before anything runs (srun, sbatch, salloc, slipway run): a
 // file path whose directory exists; a directory ("/tmp/", ".") is refused with the fix.
-Status check_save_target(const std::string& path);
+// OPTION names it in the error (slipway import's --squashfs checks its target the same way).
+Status check_save_target(const std::string& path, const std::string& option = "--container-save");
 
 }  // namespace slipway::launcher

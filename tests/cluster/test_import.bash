@@ -447,3 +447,25 @@ test_progress_comes_from_the_first_node_only() {
     # At most one a second, from one node: four nodes would print at least four lines a second.
     assert_less "$progress" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" "progress lines"
 }
+
+# One squashfs file for a shared filesystem (issue 15): `slipway import IMAGE --squashfs PATH`
+# writes it in one rename, root-owned inside, readable by others; every node then starts from it.
+test_import_to_a_squashfs_file_for_a_shared_filesystem() {
+    local out=$WORK/shared/python.sqsh
+    mkdir -p "$WORK/shared" "$WORK/cli-cache" && chown slwuser "$WORK/shared" "$WORK/cli-cache"
+    chmod 0755 "$WORK" "$WORK/shared"
+    run_job env SLIPWAY_INSECURE_REGISTRIES="$SANDBOX_NET.1:5000" SLIPWAY_CACHE_DIR="$WORK/cli-cache" \
+        "$SLIPWAY_BIN" import "$DEBIAN_PYTHON" --squashfs "$out"
+    assert_success
+    assert_output_matches "^sha256:[0-9a-f]{64} $out\$"
+    assert_equal "-rw-r--r--" "$(stat -c %A "$out")" "mode of the squashfs file"
+    [[ -z $(ls "$WORK/shared" | grep -v '^python.sqsh$') ]] || fail "a temporary file was left: $(ls "$WORK/shared")"
+    run_host unsquashfs -lln "$out" /usr/bin/python3
+    assert_output_contains "0/0"
+    run_job srun -N2 -K --container-image="$out" python3 -c 'print("from-sqsh")'
+    assert_success
+    assert_equal 2 "$(grep -cx from-sqsh <<<"$output")" "tasks started from the file"
+    run_job "$SLIPWAY_BIN" import "$DEBIAN_PYTHON" --squashfs "$WORK/shared/"
+    assert_failure
+    assert_output_contains "slipway: import: --squashfs='$WORK/shared/' is a directory"
+}
