@@ -35,7 +35,14 @@ foreach(component IN LISTS CPACK_COMPONENTS_ALL)
   set(CPACK_DEBIAN_${C}_PACKAGE_NAME ${SLIPWAY_PACKAGE_OF_${component}})
 endforeach()
 
+# The command and the plugin load these with dlopen on first use (launcher/common/lazy_library.h),
+# out of dpkg-shlibdeps' sight. ISA-L only speeds up gzip; squashfs tools are for .sqsh images.
+set(launcher_dlopened "libcurl4, libarchive13, libssl3, libseccomp2")
+set(launcher_recommends "libisal2, squashfs-tools-ng, squashfs-tools")
+
 set(CPACK_DEBIAN_SLIPWAY_PACKAGE_SECTION utils)
+set(CPACK_DEBIAN_SLIPWAY_PACKAGE_DEPENDS "${launcher_dlopened}")
+set(CPACK_DEBIAN_SLIPWAY_PACKAGE_RECOMMENDS "${launcher_recommends}")
 set(CPACK_COMPONENT_SLIPWAY_DESCRIPTION "containerized distributed deep-learning training on Slurm
 The slipway command runs a step of a Slurm job in a container image without an
 administrator install (srun slipway run --container-image=IMAGE -- COMMAND),
@@ -44,7 +51,8 @@ Slurm plugin (package slurm-spank-slipway). An environment-module file puts it
 on PATH.")
 
 set(CPACK_DEBIAN_SPANK_PACKAGE_SECTION admin)
-set(CPACK_DEBIAN_SPANK_PACKAGE_DEPENDS "slurm-wlm-basic-plugins")
+set(CPACK_DEBIAN_SPANK_PACKAGE_DEPENDS "slurm-wlm-basic-plugins, ${launcher_dlopened}")
+set(CPACK_DEBIAN_SPANK_PACKAGE_RECOMMENDS "${launcher_recommends}")
 set(CPACK_DEBIAN_SPANK_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/spank/conffiles)
 file(WRITE ${CMAKE_BINARY_DIR}/packaging/spank/conffiles "/etc/slurm/plugstack.conf.d/slipway.conf\n")
 set(CPACK_COMPONENT_SPANK_DESCRIPTION "Slurm SPANK plugin for containerized training steps
