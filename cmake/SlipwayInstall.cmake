@@ -10,7 +10,7 @@ set(SLIPWAY_PACKAGE_OF_libtrain libtrain0)
 set(SLIPWAY_PACKAGE_OF_libtrain_dev libtrain-dev)
 set(SLIPWAY_PACKAGE_OF_python_libtrain python3-libtrain)
 
-# Debian policy 12.3 and lintian (manpage-not-compressed): man pages are installed gzip -9n.
+# Debian policy 12.1 and lintian (manpage-not-compressed): man pages are installed gzip -9n.
 # Compressed at install time: no build target, so a partial build (contrib/images/demo/build)
 # can still install its components.
 function(slipway_install_man page component)
@@ -21,7 +21,7 @@ function(slipway_install_man page component)
     file(MAKE_DIRECTORY \"${CMAKE_BINARY_DIR}/install-man\")
     execute_process(COMMAND gzip -9nc \"${page}\" OUTPUT_FILE \"${gz}\" RESULT_VARIABLE rc)
     if(NOT rc EQUAL 0)
-      message(FATAL_ERROR \"gzip ${page} failed (${rc}); install gzip\")
+      message(FATAL_ERROR \"gzip ${page} failed (\${rc}); install gzip\")
     endif()" COMPONENT ${component})
   install(FILES ${gz} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section} COMPONENT ${component})
 endfunction()
@@ -35,16 +35,20 @@ function(slipway_install_package_docs component)
   configure_file(${PROJECT_SOURCE_DIR}/contrib/debian/changelog.in
     ${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian @ONLY)
   set(gz ${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian.gz)
-  install(CODE "execute_process(COMMAND gzip -9nc \"${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian\"
-    OUTPUT_FILE \"${gz}\")" COMPONENT ${component})
+  install(CODE "
+    execute_process(COMMAND gzip -9nc \"${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian\"
+      OUTPUT_FILE \"${gz}\" RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR \"gzip of ${package}'s changelog failed (\${rc}); install gzip\")
+    endif()" COMPONENT ${component})
   install(FILES ${PROJECT_SOURCE_DIR}/contrib/debian/copyright ${gz}
     DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${package} COMPONENT ${component})
 endfunction()
 
 # Installs SOURCE as DIR/NAME with every "@SLIPWAY_ROOT@" replaced by the install prefix and
 # Debian's Slurm plugin directory (which the plugstack example names, so that it reads as it is)
-# by the installed one. DIR is relative to the prefix, or starts with
-# @SLIPWAY_ETC@: /etc for prefix /usr (GNUInstallDirs' rule), else PREFIX/etc. Honours DESTDIR.
+# by the installed one. DIR is relative to the prefix, or starts with @SLIPWAY_ETC@: /etc for
+# prefix /usr (GNUInstallDirs' rule), else PREFIX/etc. Honours DESTDIR (file(INSTALL) does).
 function(slipway_install_configured source dir name component)
   set(out ${CMAKE_BINARY_DIR}/install-configured/${name})
   install(CODE "
