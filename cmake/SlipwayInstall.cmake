@@ -11,19 +11,24 @@ set(SLIPWAY_PACKAGE_OF_libtrain_dev libtrain-dev)
 set(SLIPWAY_PACKAGE_OF_python_libtrain python3-libtrain)
 
 # Debian policy 12.1 and lintian (manpage-not-compressed): man pages are installed gzip -9n.
-# Compressed at install time: no build target, so a partial build (contrib/images/demo/build)
-# can still install its components.
+# Compressed when CMake configures (again whenever a page changes), not by a build target: a
+# partial build (contrib/images/demo/build) can still install its components, and installing only
+# reads the build tree (a user may install from a build that is not theirs).
 function(slipway_install_man page component)
   get_filename_component(name ${page} NAME)
   string(REGEX REPLACE ".*\\.([0-9])$" "\\1" section ${name})
-  set(gz ${CMAKE_BINARY_DIR}/install-man/${name}.gz)
-  install(CODE "
-    file(MAKE_DIRECTORY \"${CMAKE_BINARY_DIR}/install-man\")
-    execute_process(COMMAND gzip -9nc \"${page}\" OUTPUT_FILE \"${gz}\" RESULT_VARIABLE rc)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR \"gzip ${page} failed (\${rc}); install gzip\")
-    endif()" COMPONENT ${component})
-  install(FILES ${gz} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section} COMPONENT ${component})
+  configure_file(${page} ${CMAKE_BINARY_DIR}/man/${name} COPYONLY)
+  slipway_gzip(${CMAKE_BINARY_DIR}/man/${name})
+  install(FILES ${CMAKE_BINARY_DIR}/man/${name}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section}
+    COMPONENT ${component})
+endfunction()
+
+# FILE.gz beside FILE, as Debian wants it: gzip -9, no name or time stamp inside (reproducible).
+function(slipway_gzip file)
+  execute_process(COMMAND gzip -9nc ${file} OUTPUT_FILE ${file}.gz RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "gzip ${file} failed (${rc}); install gzip")
+  endif()
 endfunction()
 
 # /usr/share/doc/PACKAGE/{copyright,changelog.Debian.gz}: Debian policy 12.5 and 12.7 (lintian
@@ -34,13 +39,8 @@ function(slipway_install_package_docs component)
   set(SLIPWAY_DEB_VERSION ${PROJECT_VERSION}-${SLIPWAY_DEB_RELEASE})
   configure_file(${PROJECT_SOURCE_DIR}/contrib/debian/changelog.in
     ${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian @ONLY)
+  slipway_gzip(${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian)
   set(gz ${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian.gz)
-  install(CODE "
-    execute_process(COMMAND gzip -9nc \"${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian\"
-      OUTPUT_FILE \"${gz}\" RESULT_VARIABLE rc)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR \"gzip of ${package}'s changelog failed (\${rc}); install gzip\")
-    endif()" COMPONENT ${component})
   install(FILES ${PROJECT_SOURCE_DIR}/contrib/debian/copyright ${gz}
     DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${package} COMPONENT ${component})
 endfunction()
@@ -48,9 +48,10 @@ endfunction()
 # Installs SOURCE as DIR/NAME with every "@SLIPWAY_ROOT@" replaced by the install prefix and
 # Debian's Slurm plugin directory (which the plugstack example names, so that it reads as it is)
 # by the installed one. DIR is relative to the prefix, or starts with @SLIPWAY_ETC@: /etc for
-# prefix /usr (GNUInstallDirs' rule), else PREFIX/etc. Honours DESTDIR (file(INSTALL) does).
+# prefix /usr (GNUInstallDirs' rule), else PREFIX/etc. Honours DESTDIR.
 function(slipway_install_configured source dir name component)
-  set(out ${CMAKE_BINARY_DIR}/install-configured/${name})
+  # Written straight to its destination (no file in the build tree: see slipway_install_man) and
+  # recorded in install_manifest.txt as file(INSTALL) would.
   install(CODE "
     if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
       set(etc /etc)
@@ -59,14 +60,17 @@ function(slipway_install_configured source dir name component)
     endif()
     file(READ \"${source}\" text)
     string(REPLACE \"@SLIPWAY_ROOT@\" \"\${CMAKE_INSTALL_PREFIX}\" text \"\${text}\")
-    string(REPLACE \"@SLIPWAY_ETC@\" \"\${etc}\" text \"\${text}\")
-    string(REPLACE \"/usr/lib/x86_64-linux-gnu/slurm-wlm/\" \"\${CMAKE_INSTALL_PREFIX}/${SLIPWAY_SPANK_PLUGIN_DIR}/\" text \"\${text}\")
-    file(WRITE \"${out}\" \"\${text}\")
+    string(REPLACE \"/usr/lib/x86_64-linux-gnu/slurm-wlm/\"
+      \"\${CMAKE_INSTALL_PREFIX}/${SLIPWAY_SPANK_PLUGIN_DIR}/\" text \"\${text}\")
     set(dir \"${dir}\")
     string(REPLACE \"@SLIPWAY_ETC@\" \"\${etc}\" dir \"\${dir}\")
     if(NOT IS_ABSOLUTE \"\${dir}\")
       set(dir \"\${CMAKE_INSTALL_PREFIX}/\${dir}\")
     endif()
-    file(INSTALL \"${out}\" DESTINATION \"\${dir}\" PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)"
+    set(dest \"\$ENV{DESTDIR}\${dir}/${name}\")
+    message(STATUS \"Installing: \${dest}\")
+    file(WRITE \"\${dest}\" \"\${text}\")
+    file(CHMOD \"\${dest}\" PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
+    list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\${dest}\")"
     COMPONENT ${component})
 endfunction()
