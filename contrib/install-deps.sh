@@ -17,6 +17,9 @@ packages=(
   squashfs-tools squashfs-tools-ng
   # local package repositories for the package-manager tests (apt's is written by hand)
   rpm createrepo-c
+  # Debian packages of Slipway (contrib/make-debs.sh): dpkg-shlibdeps, lintian; the install test
+  # loads the module file with environment-modules
+  dpkg-dev lintian environment-modules
   # benchmarks' peers, podman:// images, and examples' data
   charliecloud bubblewrap podman uidmap dataset-fashion-mnist apache2-utils openssl zstd pigz
 )

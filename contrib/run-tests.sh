@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole Slipway test suite on a Debian 12 machine, as root: installs what it needs, builds,
-# runs the Check unit tests (CTest labels unit, userns, gpu) and the integration tests on the local
-# Slurm sandbox (tests/cluster), brings the sandbox down, and exits non-zero on any failure.
+# runs the Check unit tests (CTest labels unit, userns, gpu), builds the Debian packages and runs
+# lintian on each, runs the integration tests on the local Slurm sandbox (tests/cluster), brings
+# the sandbox down, and exits non-zero on any failure.
 # Safe to run twice. Environment: SLIPWAY_BUILD_DIR (default <repo>/build).
 set -uo pipefail
 
@@ -40,11 +41,33 @@ unit_log=$(mktemp)
 ctest --test-dir "$build" --output-on-failure --timeout 300 -j"$(nproc)" 2>&1 | tee "$unit_log"
 count_ctest "$unit_log"
 
+# One test per package: contrib/make-debs.sh builds them, lintian must report no error (E:) on
+# any. tests/cluster/test_packages.bash installs these same files (SLIPWAY_DEBS_DIR).
+step "Debian packages and lintian"
+debs_dir=$(mktemp -d /tmp/slipway-debs.XXXXXX)
+debs_log=$(mktemp)
+if SLIPWAY_BUILD_DIR="$build" "$repo/contrib/make-debs.sh" "$debs_dir" >/dev/null 2>"$debs_log"; then
+  grep '^make-debs:' "$debs_log"
+  for deb in "$debs_dir"/*.deb; do
+    lint=$(lintian "$deb" 2>&1 | grep -v 'running with root privileges')
+    [[ -z $lint ]] || printf '%s\n' "$lint"
+    if grep -q '^E: ' <<<"$lint"; then
+      echo "FAIL lintian $(basename "$deb")"; failed=$((failed + 1))
+    else
+      echo "ok   lintian $(basename "$deb")"; passed=$((passed + 1))
+    fi
+  done
+else
+  tail -n 40 "$debs_log"
+  echo "FAIL contrib/make-debs.sh $debs_dir"
+  failed=$((failed + 1))
+fi
+
 step "integration tests on the sandbox cluster"
 trap '"$sandbox" down >/dev/null 2>&1' EXIT
 cluster_log=$(mktemp)
 if SLIPWAY_PLUGIN="$build/spank/spank_slipway.so" "$sandbox" up && "$sandbox" images; then
-  SLIPWAY_BUILD_DIR="$build" SLIPWAY_REQUIRE_PLUGIN=1 "$repo/tests/cluster/run.bash" "$repo"/tests/cluster/test_*.bash 2>&1 |
+  SLIPWAY_BUILD_DIR="$build" SLIPWAY_REQUIRE_PLUGIN=1 SLIPWAY_DEBS_DIR="$debs_dir" "$repo/tests/cluster/run.bash" "$repo"/tests/cluster/test_*.bash 2>&1 |
     tee "$cluster_log"
   count_cluster "$cluster_log"
 else
@@ -54,6 +77,7 @@ fi
 "$sandbox" down
 trap - EXIT
 rm -f "$unit_log" "$cluster_log"
+rm -rf "$debs_dir" "$debs_log"
 
 echo
 echo "total: $passed passed, $failed failed, $skipped skipped"

@@ -147,6 +147,10 @@ extern "C" SLIPWAY_EXPORT int slurm_spank_init(spank_t sp, int ac, char** av) {
       case S_CTX_REMOTE:
       case S_CTX_ALLOCATOR:
         return register_options(sp);
+      case S_CTX_SLURMD:
+        // Once per slurmd start: which build a node runs, for the admin reading its log.
+        log_info(std::string("spank_slipway ") + SLIPWAY_VERSION + " loaded");
+        return 0;
       default:
         return 0;
     }

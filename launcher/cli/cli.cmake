@@ -5,4 +5,12 @@ target_link_libraries(slipway PRIVATE slipway_launcher)
 # libstdc++ linked in: resolving its ~4,000 symbols at every start cost 0.5 ms of a ~3 ms launch
 # (bench/launch). The plugin keeps the shared one (srun and slurmstepd load it as a module).
 target_link_options(slipway PRIVATE -static-libstdc++ -static-libgcc)
-install(TARGETS slipway RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+target_compile_definitions(slipway PRIVATE SLIPWAY_VERSION="${PROJECT_VERSION}")
+
+# Package slipway (component slipway): the command, its man page and the environment-module file
+# with `root` set to the install prefix (cmake/SlipwayInstall.cmake).
+install(TARGETS slipway RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT slipway)
+slipway_install_man(${PROJECT_SOURCE_DIR}/man/slipway.1 slipway)
+slipway_install_configured(${PROJECT_SOURCE_DIR}/contrib/modulefiles/slipway
+  ${CMAKE_INSTALL_DATADIR}/modules/modulefiles slipway slipway)
+slipway_install_package_docs(slipway)

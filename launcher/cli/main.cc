@@ -78,7 +78,18 @@ constexpr std::array kCommands = {
 int cmd_help(std::vector<std::string>&) {
   printf("usage: slipway COMMAND [ARGS...]\n\ncommands:\n");
   for (const auto& c : kCommands) printf("  slipway %s\n", c.usage);
+  printf("  slipway --version\n\n'slipway COMMAND --help' shows one command; man slipway.\n");
   return 0;
+}
+
+// `slipway COMMAND --help`: an -h or --help before any "--" (after it, the words belong to the
+// command run in the container).
+bool asks_for_help(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--") return false;
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -88,9 +99,17 @@ int main(int argc, char** argv) {
   using namespace slipway::launcher::cli;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") args = {"help"};
+  if (args[0] == "--version" || args[0] == "version") {
+    printf("slipway %s\n", SLIPWAY_VERSION);
+    return 0;
+  }
   for (const auto& c : kCommands) {
     if (args[0] != c.name) continue;
     args.erase(args.begin());
+    if (asks_for_help(args)) {
+      printf("usage: slipway %s\n", c.usage);
+      return 0;
+    }
     return c.run(args);
   }
   return fail("unknown command '" + args[0] + "'; see 'slipway help'"), 2;
