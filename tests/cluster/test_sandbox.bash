@@ -113,6 +113,24 @@ test_exec_passes_stdin_exit_status_and_user() {
     assert_output 0
 }
 
+# As after `module load slipway` on a site: the build's `slipway` on PATH, on the nodes too, and
+# the sandbox's plain-HTTP registry among the insecure ones, so the README's examples run as typed.
+test_exec_has_the_builds_slipway_and_the_sites_settings() {
+    local build
+    build=$(dirname "$(dirname "${SLIPWAY_PLUGIN:-$REPO_DIR/build/spank/spank_slipway.so}")")
+    [[ -x $build/launcher/slipway ]] || skip "the slipway command is not built next to the plugin"
+    require_images busybox
+    run_job sh -c 'command -v slipway; slipway --version'
+    assert_success
+    assert_equal "$SANDBOX_DIR/bin/slipway" "${lines[0]}" "the slipway on PATH"
+    run_job slipway run --container-image="$(image_ref busybox)" -- cat /etc/slipway-image
+    assert_success
+    assert_output "busybox"
+    run_job srun -N2 -K slipway run --container-image="$(image_ref busybox)" -- cat /etc/slipway-image
+    assert_success
+    assert_equal 2 "$(grep -cx busybox <<<"$output")" "tasks that ran the image"
+}
+
 test_daemons_listen_only_on_the_sandbox_network() {
     run_host ss -Hltn
     assert_success
@@ -192,6 +210,7 @@ test_down_leaves_nothing_behind() {
     [[ -z $(ip netns list | grep "^slw$sfx-node") ]] || fail "network namespaces left: $(ip netns list)"
     ! ip link show "slwbr$i" >/dev/null 2>&1 || fail "bridge slwbr$i left"
     assert_no_file "$SANDBOX_DIR/etc/plugstack.conf"
+    assert_no_file "$SANDBOX_DIR/bin/slipway"
     run_host "$SANDBOX" down
     assert_success
 }
