@@ -36,7 +36,7 @@ int cmd_import(std::vector<std::string>& args) {
       return fail("import: " + st.message()), 2;
   }
   auto img = import_text(args[0]);
-  if (!img.ok()) return fail(img.status().message());
+  if (!img.ok()) return fail(import_failed(args[0], img.status()).message());
   if (!squashfs.empty()) {
     if (auto st = squash_directory(img->rootfs, squashfs); !st.ok()) return fail(st.message());
     printf("%s %s\n", img->manifest_digest.c_str(), squashfs.c_str());

@@ -116,7 +116,7 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   } else {
     auto img = p.run_dir.empty() ? import_text(p.opts.container_image)
                                  : import_for_step(p.opts.container_image, p.run_dir);
-    SLIPWAY_TRY(img);
+    if (!img.ok()) return import_failed(p.opts.container_image, img.status());
     p.image = std::move(*img);
     if (p.named) SLIPWAY_TRY(record_named_container_image(p.named->dir, p.image.manifest_digest));
   }

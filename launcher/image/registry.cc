@@ -139,8 +139,13 @@ Status RegistryClient::transport_error(const Status& why, TransportError kind) c
                              "private CA, give that CA as ca_file (plugstack.conf) or "
                              "SLIPWAY_CA_FILE",
                          EPROTO);
+  // Docker Hub is where a name without a registry goes: the fix may be the site's own registry.
+  const bool hub = ref_.registry == kDockerHubRegistry;
   return Status::error("cannot reach registry " + ref_.registry + ": " + why.message() +
-                           "; check the address and that the registry is up",
+                           (hub ? "; check the name (an image of your site's registry is "
+                                  "HOST[:PORT]/REPO), or set default_registry= in plugstack.conf "
+                                  "(SLIPWAY_DEFAULT_REGISTRY for slipway)"
+                                : "; check the address and that the registry is up"),
                        why.error_number() ? why.error_number() : EIO);
 }
 
