@@ -132,7 +132,9 @@ int remote_user_init(spank_t sp) {
     if (status.ok()) status = count_tasks_for_save(sp, st);
   }
   if (!status.ok()) {
-    // Raised (once per node) by task_init: an error logged here would reach srun twice.
+    // Raised (once per node) by task_init: an error logged here would reach srun twice. The call
+    // site of a failed system call goes to the node's log only.
+    if (!status.where().empty()) log_verbose("(" + status.message() + ": at " + status.where() + ")");
     st.image.reset();
     st.deferred_error = status.message();
     return 0;

@@ -32,12 +32,8 @@ Status sys_error(const char* file, int line, std::string_view what, int errnum) 
   std::string m(what);
   m += ": ";
   m += std::strerror(errnum);
-  m += " [";
-  m += base ? base + 1 : file;
-  m += ":";
-  m += std::to_string(line);
-  m += "]";
-  return Status::error(std::move(m), errnum);
+  return Status::error(std::move(m), errnum).at(std::string(base ? base + 1 : file) + ":" +
+                                                std::to_string(line));
 }
 }  // namespace detail
 

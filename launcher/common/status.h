@@ -1,7 +1,8 @@
 // Status and Result: how launcher code reports failure without printing, exiting or throwing.
 // A Status carries one line meant for the user (what failed, and how to fix it) plus the errno that
 // caused it; callers add context with `context()` as the error travels up. The SLIPWAY_SYS family
-// checks a system call and returns an error naming the call site (docs/conventions.md, "Errors").
+// checks a system call and records the call site in `where()` (docs/conventions.md, "Errors"):
+// for the logs of whoever debugs it, not in the user's line.
 #pragma once
 
 #include <cerrno>
@@ -30,6 +31,12 @@ class [[nodiscard]] Status {
   explicit operator bool() const { return ok(); }
   int error_number() const { return errno_; }
   const std::string& message() const { return message_; }
+  // "container.cc:120" for an error from SLIPWAY_SYS; else empty.
+  const std::string& where() const { return where_; }
+  Status at(std::string where) && {
+    where_ = std::move(where);
+    return std::move(*this);
+  }
 
   // Prefix the message: "PREFIX: message". Returns *this unchanged when ok.
   Status context(std::string_view prefix) const&;
@@ -39,6 +46,7 @@ class [[nodiscard]] Status {
   bool failed_ = false;
   int errno_ = 0;
   std::string message_;
+  std::string where_;
 };
 
 // A value or the Status explaining why there is none (std::expected is C++23).
@@ -76,7 +84,7 @@ Status sys_error(const char* file, int line, std::string_view what, int errnum);
 }  // namespace slipway::launcher
 
 // Check a system call that returns -1 and sets errno; on failure return a Status like
-//   "mount /proc: Operation not permitted [container.cc:120]".
+//   "mount /proc: Operation not permitted", where() "container.cc:120".
 // WHAT is anything std::string can be built from.
 #define SLIPWAY_SYS(call, what)                                                          \
   do {                                                                                   \

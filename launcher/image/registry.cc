@@ -366,8 +366,13 @@ Result<std::string> RegistryClient::fetch_small_blob(const Descriptor& d) {
   auto resp = get("/blobs/" + d.digest, {}, &sink);
   SLIPWAY_TRY(resp);
   if (resp->status != 200) return http_error(resp->status, "blob " + d.digest + " of image");
+  if (body.size() != d.size)
+    return Status::error("blob " + d.digest + " of image '" + ref_.str() + "' is " +
+                             std::to_string(body.size()) + " bytes, its manifest declares " +
+                             std::to_string(d.size) + "; the image is corrupt",
+                         EBADMSG);
   std::string actual = sha256_digest(body);
-  if (actual != d.digest || body.size() != d.size)
+  if (actual != d.digest)
     return Status::error("blob " + d.digest + " of image '" + ref_.str() + "' has digest " + actual +
                              " (expected " + d.digest + "); the registry or a proxy corrupted it",
                          EBADMSG);

@@ -28,9 +28,14 @@ START_TEST(sys_error_names_call_site_and_errno) {
   Status s = open_missing();
   ck_assert(!s.ok());
   ck_assert_int_eq(s.error_number(), ENOENT);
-  std::string want = "open /nonexistent/slipway-test: No such file or directory [test_status.cc:" +
-                     std::to_string(open_line) + "]";
-  ck_assert_str_eq(s.message().c_str(), want.c_str());
+  // The user's line says what failed and why; the call site is for the logs, kept apart.
+  ck_assert_str_eq(s.message().c_str(), "open /nonexistent/slipway-test: No such file or directory");
+  const std::string where = "test_status.cc:" + std::to_string(open_line);
+  ck_assert_str_eq(s.where().c_str(), where.c_str());
+  // It travels with the error as context is added.
+  Status up = Status(s).context("image 'x'");
+  ck_assert_str_eq(up.where().c_str(), where.c_str());
+  ck_assert_str_eq(up.message().c_str(), "image 'x': open /nonexistent/slipway-test: No such file or directory");
 }
 END_TEST
 
