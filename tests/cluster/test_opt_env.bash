@@ -29,8 +29,8 @@ test_container_env_keeps_the_jobs_value() {
     run_job env FOO=job BAR=job srun -N2 -K --container-image="$ENVIMG" --container-env=FOO sh -c "$SHOW"
     assert_success
     assert_equal 2 "$(grep -cx 'FOO=job BAR=image ONLY_IMAGE=image ONLY_JOB=' <<<"$output")" "tasks"
-    run_job env FOO=job BAR=job srun -N2 -K --container-image="$ENVIMG" --container-env=FOO,BAR,PATH \
-        sh -c "$SHOW"' PATH=$PATH'
+    run_job env PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin FOO=job BAR=job \
+        srun -N2 -K --container-image="$ENVIMG" --container-env=FOO,BAR,PATH sh -c "$SHOW"' PATH=$PATH'
     assert_success
     assert_equal 2 "$(grep -cx 'FOO=job BAR=job ONLY_IMAGE=image ONLY_JOB= PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' <<<"$output")" "tasks"
 }
