@@ -186,4 +186,23 @@ assert_no_file() { [[ ! -e $1 ]] || fail "$1 exists"; }
 
 # Seconds since the epoch with milliseconds, for timing: t0=$(now); ...; elapsed $t0
 now() { date +%s.%N; }
+
+# A docker-registry configuration serving STORAGE on ADDR (host:port), logging every request, with
+# EXTRA (YAML sections: auth, proxy) after it. Tests that run a registry of their own use it.
+registry_config() {
+    cat <<REGISTRY_CONFIG
+version: 0.1
+log:
+  level: info
+  formatter: text
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: $2
+http:
+  addr: $1
+${3:-}
+REGISTRY_CONFIG
+}
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }

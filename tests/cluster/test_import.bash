@@ -236,20 +236,7 @@ start_auth_registry() {
     local port=$1 auth=$2 dir=$WORK/registry-$1
     mkdir -p "$dir"
     [[ -d $dir/storage ]] || cp -al "$SANDBOX_DIR/registry" "$dir/storage"
-    cat >"$dir/config.yml" <<EOF
-version: 0.1
-log:
-  level: info
-  formatter: text
-  accesslog:
-    disabled: false
-storage:
-  filesystem:
-    rootdirectory: $dir/storage
-http:
-  addr: $SANDBOX_NET.1:$port
-$(cat "$auth")
-EOF
+    registry_config "$SANDBOX_NET.1:$port" "$dir/storage" "$(cat "$auth")" >"$dir/config.yml"
     setsid /usr/bin/docker-registry serve "$dir/config.yml" </dev/null >"$dir/log" 2>&1 &
     echo $! >"$WORK/registry-$port.pid"
     wait_listening "$port" || fail "registry on port $port did not start: $(tail -n 5 "$dir/log")"

@@ -16,21 +16,8 @@ setup_file() {
     ORIGIN_LOG=$SANDBOX_DIR/log/registry-access.log
     WORK=$SANDBOX_DIR/test-mirrors
     rm -rf "$WORK" && mkdir -p "$WORK/storage"
-    cat >"$WORK/config.yml" <<EOS
-version: 0.1
-log:
-  level: info
-  formatter: text
-  accesslog:
-    disabled: false
-storage:
-  filesystem:
-    rootdirectory: $WORK/storage
-http:
-  addr: $MIRROR
-proxy:
-  remoteurl: http://$ORIGIN
-EOS
+    registry_config "$MIRROR" "$WORK/storage" "proxy:
+  remoteurl: http://$ORIGIN" >"$WORK/config.yml"
     setsid /usr/bin/docker-registry serve "$WORK/config.yml" </dev/null >"$WORK/log" 2>&1 &
     echo $! >"$WORK/mirror.pid"
     local i
