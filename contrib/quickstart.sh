@@ -26,7 +26,7 @@ cat <<EOT
 
 The sandbox is still up. Try, as the job user:
   $sandbox exec -- srun -N2 -n4 --container-image=$("$sandbox" image busybox) cat /etc/slipway-image
-  $sandbox exec -- bash      # a shell where srun, sbatch, salloc and squeue work
+  $sandbox exec -- bash      # a shell where srun, sbatch, salloc, squeue and slipway work
 Stop it with:
   $sandbox down
 EOT
