@@ -88,7 +88,8 @@ Status prepare_named_container(PluginState& st) {
   std::string scope = st.config.container_scope == ContainerScope::kGlobal
                           ? runtime_root(st, ids.uid) + "/global"
                           : job_scope;
-  if (!launcher::live_instances(launcher::instance_dir(job_scope, st.options.container_name)).empty())
+  if (scope != job_scope &&
+      !launcher::live_instances(launcher::instance_dir(job_scope, st.options.container_name)).empty())
     scope = job_scope;
   auto nc = launcher::open_named_container(st.options, scope, node_name());
   SLIPWAY_TRY(nc);

@@ -15,14 +15,9 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
