@@ -1,14 +1,17 @@
 // pybind11 module libtrain._libtrain: numpy bindings of the training API. Collectives release
 // the GIL; in-place forms need C-contiguous writeable arrays. The Python-level conveniences
-// (DistributedOptimizer, SGD, checkpoints) live in libtrain/__init__.py on top of these.
+// (DistributedOptimizer, SGD, checkpoints) live in libtrain/__init__.py on top of these; the
+// tensor collectives of libtrain.torch are in tensor_bindings.cc.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bindings.h"
 #include "libtrain/libtrain.h"
 
 namespace py = pybind11;
 using namespace libtrain;
+using libtrain::python::Handle;
 
 namespace {
 
@@ -39,19 +42,6 @@ void allreduce_inplace(py::array a, const std::string& op, const std::string& dt
   py::gil_scoped_release nogil;
   world().allreduce(t.data, t.count, t.dtype, parse_op(op));
 }
-
-// Keeps the array alive until the collective is done.
-struct Handle {
-  Work work;
-  py::object array;
-  void wait() {
-    {
-      py::gil_scoped_release nogil;
-      work.wait();
-    }
-    array = py::none();
-  }
-};
 
 Handle allreduce_async(py::array a, const std::string& op, const std::string& dtype) {
   TensorRef t = ref_of(a, dtype);
@@ -115,9 +105,7 @@ PYBIND11_MODULE(_libtrain, m) {
   m.def("allgather", &allgather, py::arg("array"), py::arg("dtype") = "");
   m.def("scaled_learning_rate", &scaled_learning_rate, py::arg("base_lr"), py::arg("size"),
         py::arg("epoch"), py::arg("warmup_epochs"));
-  py::class_<Handle>(m, "Handle")
-      .def("wait", &Handle::wait)
-      .def("is_done", [](const Handle& h) { return h.work.is_done(); });
+  libtrain::python::bind_tensor_collectives(m);
   py::class_<GradientReducer>(m, "GradientReducer")
       .def(py::init([](size_t fusion_bytes, const std::string& op) {
              return std::make_unique<GradientReducer>(world(), fusion_bytes, parse_op(op));

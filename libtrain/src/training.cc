@@ -24,6 +24,7 @@ constexpr uint64_t kCheckpointMagic = 0x31544b43544c;  // "LTCKT1"
 struct World {
   BootstrapInfo boot;
   std::unique_ptr<Communicator> comm;
+  std::unique_ptr<NcclCommunicator> nccl;  // made by the first world_nccl()
 };
 
 std::mutex g_mu;
@@ -76,6 +77,17 @@ int local_rank() { return current().comm->local_rank(); }
 int local_size() { return current().comm->local_size(); }
 const std::string& bootstrap_method() { return current().boot.method; }
 Communicator& world() { return *current().comm; }
+
+NcclCommunicator& world_nccl() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  World& w = current();
+  if (!w.nccl) {
+    PrefixStore store(w.boot.store, "libtrain/world-nccl");
+    w.nccl = std::make_unique<NcclCommunicator>(store, w.comm->rank(), w.comm->size(),
+                                                w.comm->local_rank(), timeout_from_env());
+  }
+  return *w.nccl;
+}
 
 GradientReducer::GradientReducer(Communicator& comm, size_t fusion_bytes, ReduceOp op)
     : comm_(comm), fusion_bytes_(fusion_bytes ? fusion_bytes : fusion_from_env()), op_(op) {}

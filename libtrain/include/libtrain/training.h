@@ -22,6 +22,10 @@ int local_rank();
 int local_size();
 const std::string& bootstrap_method();
 Communicator& world();  // throws Error before init()
+class NcclCommunicator;
+// The world's NCCL communicator (CUDA buffers), created by the first call, which is collective:
+// every rank must make it. Throws Error without NCCL in the build or without a CUDA device.
+NcclCommunicator& world_nccl();
 
 // A typed view of a caller-owned buffer.
 struct TensorRef {
