@@ -9,6 +9,8 @@ packages=(
   libcurl4-openssl-dev libarchive-dev libssl-dev libzstd-dev libdeflate-dev libisal-dev
   libseccomp-dev nlohmann-json3-dev libslurm-dev libpmix-dev libpmix2 pybind11-dev python3-dev
   python3-numpy libopenmpi-dev libgloo-dev
+  # libtrain.torch and its unit tests (Debian's PyTorch 1.13, CPU, with Gloo)
+  python3-torch python3-torchvision
   # the sandbox cluster and its registry
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge iproute2 docker-registry skopeo
   umoci debootstrap busybox-static jq procps psmisc util-linux openmpi-bin curl ca-certificates
