@@ -2,7 +2,8 @@
 so collectives cross both shared memory and the TCP ring, and checks every collective and option
 against values each rank computes itself; DistributedOptimizer and SyncBatchNorm against one
 process on the whole batch; errors (mismatches, a dead rank, a stalled rank) as exceptions on
-every rank within LIBTRAIN_TIMEOUT.   usage: test_torch_hvd.py [SCENARIO...]"""
+every rank within LIBTRAIN_TIMEOUT. The `cuda` scenario (alone) needs NCCL and a CUDA-enabled
+PyTorch, and exits 77 (skipped) without them.   usage: test_torch_hvd.py [SCENARIO...]"""
 import json
 import os
 import socket
@@ -268,8 +269,27 @@ def dies():
         opt.step()
 
 
+def cuda():
+    """CUDA tensors through the NCCL communicator: one device per local rank."""
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
+        t = torch.full((1 << 20,), r + 1, dtype=dtype, device="cuda")
+        check(torch.equal(hvd.allreduce(t, op=hvd.Sum).cpu(), torch.full((1 << 20,), 10, dtype=dtype)), f"cuda sum {dtype}")
+    t = torch.full((3,), float(r), device="cuda")
+    hvd.broadcast_(t, 2)
+    check(torch.equal(t.cpu(), torch.full((3,), 2.0)), "cuda broadcast_")
+    g = hvd.allgather(torch.full((r + 1,), float(r), device="cuda"))
+    check(g.is_cuda and g.tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0], "cuda allgather")
+    model = torch.nn.Linear(16, 4).cuda()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
+    model(torch.randn(8, 16, device="cuda")).sum().backward()
+    opt.step()
+    same = hvd.allgather(torch.cat([p.detach().reshape(-1) for p in model.parameters()]).unsqueeze(0).cpu())
+    check(all(torch.equal(same[0], same[k]) for k in range(n)), "cuda DistributedOptimizer")
+
+
 try:
-    {"collectives": collectives, "optimizer": optimizer, "sync_batch_norm": sync_batch_norm,
+    {"cuda": cuda, "collectives": collectives, "optimizer": optimizer, "sync_batch_norm": sync_batch_norm,
      "mismatch": mismatch, "dies": dies}[scenario]()
 except libtrain.Error as e:
     print(f"RESULT {json.dumps({'error': type(e).__name__, 'message': str(e)})}", flush=True)
@@ -338,7 +358,25 @@ def expect_all_raise(scenario, extra_env, dead=None, within=None):
     return results
 
 
+def cuda_missing():
+    """Why the CUDA scenario cannot run here, or None."""
+    import torch
+    import libtrain
+    if "transport:nccl" not in libtrain.check_build():
+        return "libtrain was built without NCCL"
+    if not torch.cuda.is_available():
+        return "PyTorch has no CUDA device (Debian's python3-torch is built without CUDA)"
+    return None
+
+
 def main():
+    if sys.argv[1:] == ["cuda"]:
+        why = cuda_missing()
+        if why:
+            print(f"skipped: {why}")
+            sys.exit(77)
+        expect_success("cuda")
+        return
     scenarios = sys.argv[1:] or ["collectives", "optimizer", "sync_batch_norm", "mismatch", "dies", "timeline"]
     for scenario in scenarios:
         if scenario in ("collectives", "optimizer", "sync_batch_norm"):
