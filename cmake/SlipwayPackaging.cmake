@@ -90,9 +90,13 @@ set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_SECTION python)
 # dpkg-shlibdeps sees only libraries; the interpreter ABI (cpython-311) and numpy are ours to say.
 set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_DEPENDS
   "libtrain0 (= ${deb_version}), python3 (>= 3.11), python3 (<< 3.12), python3-numpy")
+# libtrain.torch needs PyTorch; the numpy module does not.
+set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_SUGGESTS "python3-torch")
 set(CPACK_COMPONENT_PYTHON_LIBTRAIN_DESCRIPTION "data-parallel training library (Python 3 module)
 The libtrain module gives Python training scripts init(), rank(), size(),
 allreduce, broadcast_parameters and a DistributedOptimizer over the libtrain
-library, with the libtrain(7) manual and the Python Fashion-MNIST example.")
+library, with the libtrain(7) manual and the Python Fashion-MNIST example.
+libtrain.torch is Horovod's PyTorch API on libtrain, and registers the
+torch.distributed backend named libtrain (needs python3-torch).")
 
 include(CPack)

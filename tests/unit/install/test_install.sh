@@ -41,6 +41,7 @@ check "libtrain headers" test -f "$prefix/include/libtrain/libtrain.h"
 check "libtrain.pc" test -f "$prefix/$libdir/pkgconfig/libtrain.pc"
 check "libtrain CMake package" test -f "$prefix/$libdir/cmake/libtrain/libtrainConfig.cmake"
 check "Python module" test -f "$prefix/lib/python3/dist-packages/libtrain/__init__.py"
+check "Python module libtrain.torch" test -f "$prefix/lib/python3/dist-packages/libtrain/torch/_optimizer.py"
 for pkg in slipway slurm-spank-slipway libtrain0 libtrain-dev python3-libtrain; do
     check "$pkg copyright" test -s "$prefix/share/doc/$pkg/copyright"
     check "$pkg changelog" gzip -t "$prefix/share/doc/$pkg/changelog.Debian.gz"
