@@ -1,6 +1,7 @@
 // Layer unpack tests: normal content, OCI whiteouts, and the hostile-archive set. Every test runs
 // in a Sandbox and checks that nothing outside the rootfs changed.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -259,6 +260,37 @@ START_TEST(garbage_layer_rejected) {
 }
 END_TEST
 
+// A legal tree 1,500 levels deep (paths stay under PATH_MAX), branching below level 40, with a
+// directory lacking u+w: the importer makes it, and a whiteout in the next layer removes it with
+// at most 64 descriptors open (it used to keep one per level and fail with EMFILE).
+START_TEST(deep_tree_whiteout_with_few_descriptors) {
+  Sandbox sb;
+  TarBuilder layer;
+  std::string path = "top";
+  for (int level = 0; level < 1500; ++level) {
+    path += "/d";
+    if (level % 100 == 0) layer.file(path + "-file", "x");
+    if (level == 40) {
+      for (const char* branch : {"/a", "/b", "/c"}) {
+        std::string side = path + branch;
+        for (int k = 0; k < 50; ++k) side += "/s";
+        layer.file(side + "/leaf", "leaf");
+      }
+    }
+    if (level == 700) layer.dir(path, 0500);
+  }
+  layer.file(path + "/bottom", "b");
+  ASSERT_OK(unpack(sb, layer.finish()));
+  ck_assert(path_exists(sb.root + "/" + path + "/bottom"));
+  rlimit few{64, 64};
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &few), 0);
+  ASSERT_OK(unpack(sb, TarBuilder().file(".wh.top", "").finish()));
+  ck_assert(!path_exists(sb.root + "/top"));
+  ck_assert_int_eq(count_entries(sb.root), 0);
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("layer");
   TCase* tc = tcase_create("unpack");
@@ -266,6 +298,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, whiteouts_and_opaque_dirs);
   tcase_add_test(tc, upper_file_does_not_change_other_hard_links);
   tcase_add_test(tc, type_changes_across_layers);
+  tcase_add_test(tc, deep_tree_whiteout_with_few_descriptors);
   suite_add_tcase(s, tc);
   TCase* h = tcase_create("hostile");
   tcase_add_test(h, dotdot_traversal_rejected);
