@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cstring>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -29,15 +30,20 @@ namespace {
 
 using InodeSet = std::set<std::pair<dev_t, ino_t>>;
 
-// Disk use of the tree under DIRFD; never follows symlinks.
-uint64_t tree_bytes(int dirfd, InodeSet& seen) {
-  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+// Disk use of the tree at REL beneath ROOTFD; never follows symlinks. Each directory is read
+// whole and closed before its subdirectories, which are opened from ROOTFD by path (symlink-proof,
+// open_dir_beneath): a tree of any depth costs two descriptors at a time.
+uint64_t tree_bytes_at(int rootfd, const std::string& rel, InodeSet& seen) {
+  int fd = -1;
+  if (Result<UniqueFd> dir = open_dir_beneath(rootfd, rel, false); dir.ok())
+    fd = ::openat(dir->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
   if (!d) {
     if (fd >= 0) ::close(fd);
     return 0;
   }
   uint64_t total = 0;
+  std::vector<std::string> subdirs;
   while (dirent* e = ::readdir(d)) {
     if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
     struct stat st;
@@ -45,14 +51,14 @@ uint64_t tree_bytes(int dirfd, InodeSet& seen) {
     if (st.st_nlink > 1 && !S_ISDIR(st.st_mode) && !seen.insert({st.st_dev, st.st_ino}).second)
       continue;
     total += static_cast<uint64_t>(st.st_blocks) * 512;
-    if (S_ISDIR(st.st_mode)) {
-      int sub = ::openat(::dirfd(d), e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) total += tree_bytes(sub, seen), ::close(sub);
-    }
+    if (S_ISDIR(st.st_mode)) subdirs.push_back(e->d_name);
   }
   ::closedir(d);
+  for (const std::string& sub : subdirs) total += tree_bytes_at(rootfd, rel.empty() ? sub : rel + "/" + sub, seen);
   return total;
 }
+
+uint64_t tree_bytes(int dirfd, InodeSet& seen) { return tree_bytes_at(dirfd, "", seen); }
 
 Result<std::vector<std::string>> list_dir(const std::string& path) {
   DIR* d = ::opendir(path.c_str());

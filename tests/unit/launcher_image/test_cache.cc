@@ -1,6 +1,7 @@
 // Node cache management: listing with sizes and LRU order, the in-use lock, rm (refused while in
 // use), gc --keep SIZE (LRU, skips images in use, drops unreferenced blobs and dead leftovers).
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -133,11 +134,48 @@ START_TEST(sizes) {
 }
 END_TEST
 
+// An image whose rootfs is 1,500 levels deep (and a dead import's leftover as deep): sized,
+// listed, swept and removed with at most 64 descriptors (sizes used one descriptor pair per
+// level, and undercounted silently past the limit; removal failed with EMFILE).
+static void deep_tree(const std::string& top, int levels) {
+  std::string path = top;
+  for (int i = 0; i < levels; ++i) {
+    path += "/d";
+    mkdir(path.c_str(), 0755);
+  }
+  write_text(path + "/bottom", std::string(100000, 'b'));
+}
+
+START_TEST(deep_trees_with_few_descriptors) {
+  Sandbox sb;
+  NodeCache c(sb.root + "/cache");
+  ck_assert(c.ensure_layout().ok());
+  publish(c, 'a', 10, '1', 1000);
+  deep_tree(c.image_dir("sha256:" + hex('a')) + "/rootfs", 1500);
+  std::string leftover = c.tmp_dir() + "/" + hex('d') + ".1.dead";
+  mkdir(leftover.c_str(), 0700);
+  deep_tree(leftover, 1500);
+  rlimit few{64, 64};
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &few), 0);
+  auto list = list_images(c);
+  ck_assert(list.ok() && list->size() == 1);
+  ck_assert_uint_ge((*list)[0].bytes, 100000 + 1500 * 4096);
+  auto r = gc_images(c, uint64_t{1} << 40);
+  ck_assert_msg(r.ok(), "%s", r.status().message().c_str());
+  ck_assert(!path_exists(leftover));
+  Status st = remove_image(c, "sha256:" + hex('a'));
+  ck_assert_msg(st.ok(), "%s", st.message().c_str());
+  ck_assert(!path_exists(c.image_dir("sha256:" + hex('a'))));
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("cache");
   TCase* tc = tcase_create("admin");
   tcase_add_test(tc, list_rm_and_in_use);
   tcase_add_test(tc, gc_keeps_recent_and_in_use);
+  tcase_add_test(tc, deep_trees_with_few_descriptors);
   tcase_add_test(tc, cache_must_be_ours);
   tcase_add_test(tc, find_image_by_digest_prefix_or_name);
   tcase_add_test(tc, sizes);
