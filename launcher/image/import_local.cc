@@ -85,9 +85,26 @@ class DirSource : public LocalSource {
  public:
   DirSource(UniqueFd dir, std::string path) : dir_(std::move(dir)), path_(std::move(path)) {}
 
-  Result<std::string> read_small(const std::string& name) override {
-    UniqueFd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC));
+  // NAME in the layout, which must be a regular file: opened with O_NONBLOCK so that a FIFO (or
+  // a device) put in a blob's place is refused at once instead of blocking the import forever.
+  Result<UniqueFd> open_file(const std::string& name) {
+    UniqueFd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) return Status::from_errno(path_ + "/" + name, errno);
+    struct stat st;
+    SLIPWAY_SYS(::fstat(fd.get(), &st), path_ + "/" + name);
+    if (!S_ISREG(st.st_mode))
+      return Status::error(path_ + "/" + name + " is not a regular file (" +
+                               (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "a special file") +
+                               "); the image is corrupt: export it again",
+                           EINVAL);
+    SLIPWAY_SYS(::fcntl(fd.get(), F_SETFL, 0), path_ + "/" + name);
+    return fd;
+  }
+
+  Result<std::string> read_small(const std::string& name) override {
+    Result<UniqueFd> opened = open_file(name);
+    SLIPWAY_TRY(opened.status());
+    UniqueFd fd = std::move(*opened);
     std::string out;
     char buf[65536];
     for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
@@ -110,8 +127,9 @@ class DirSource : public LocalSource {
   Status copy_blobs(const NodeCache& cache, const std::vector<WantedBlob>& wanted) override {
     for (const auto& w : wanted) {
       SLIPWAY_TRY(ensure_blob(cache, w.desc, [&](int out) -> Status {
-        UniqueFd in(::openat(dir_.get(), w.name.c_str(), O_RDONLY | O_CLOEXEC));
-        if (!in.valid()) return Status::from_errno(path_ + "/" + w.name, errno);
+        Result<UniqueFd> opened = open_file(w.name);
+        if (!opened.ok()) return opened.status();  // (SLIPWAY_TRY would shadow the outer one)
+        UniqueFd in = std::move(*opened);
         std::vector<char> buf(1 << 20);
         auto read = [&](const void** p, std::string* why) -> ssize_t {
           ssize_t n;

@@ -176,6 +176,34 @@ START_TEST(missing_and_hostile_local_images) {
 }
 END_TEST
 
+// A FIFO in a layer blob's place, or in index.json's: refused at once with a line naming it (an
+// import used to block forever reading it). Nothing is left in the cache.
+START_TEST(fifo_in_layout_is_refused_without_blocking) {
+  Sandbox sb;
+  for (const char* which : {"layer", "index"}) {
+    std::string layout = sb.base + "-fifo-" + which;
+    std::string digest = write_layout(layout);
+    std::string victim = layout + "/index.json";
+    if (std::string(which) == "layer") {
+      std::string manifest = read_text(layout + "/blobs/sha256/" + digest_hex(digest));
+      const std::string before_hex = "tar+gzip\",\"digest\":\"sha256:";
+      victim = layout + "/blobs/sha256/" + manifest.substr(manifest.find(before_hex) + before_hex.size(), 64);
+    }
+    ck_assert_int_eq(unlink(victim.c_str()), 0);
+    ck_assert_int_eq(mkfifo(victim.c_str(), 0644), 0);
+    alarm(20);  // a hang fails the test instead of blocking it
+    auto img = import_image(*parse_image_ref("oci:" + layout), options(sb));
+    alarm(0);
+    ck_assert(!img.ok());
+    ASSERT_SAME_STR(img.status().message(), victim + " is not a regular file (a FIFO); the image "
+                                            "is corrupt: export it again");
+    ck_assert(!path_exists(options(sb).cache_dir + "/images/" + digest_hex(digest)));
+    remove_all(layout);
+  }
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("import_local");
   TCase* tc = tcase_create("local");
@@ -184,6 +212,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, skopeo_archives);
   tcase_add_test(tc, corrupt_layer_in_layout_is_rejected);
   tcase_add_test(tc, missing_and_hostile_local_images);
+  tcase_add_test(tc, fifo_in_layout_is_refused_without_blocking);
   suite_add_tcase(s, tc);
   return s;
 }
