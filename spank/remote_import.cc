@@ -79,13 +79,19 @@ launcher::Result<launcher::ImportedImage> step_image(spank_t sp, PluginState& st
 
 launcher::Status setup_step(spank_t sp, PluginState& st) {
   SLIPWAY_TRY(prepare_named_container(st));
-  auto image = step_image(sp, st);
-  SLIPWAY_TRY(image);
-  st.image = std::move(*image);
-  if (auto in_use = launcher::mark_in_use(launcher::NodeCache(st.cache_dir),
-                                          st.image->manifest_digest);
-      in_use.ok())
-    st.image_in_use = std::move(*in_use);
+  // The image stays in the cache while the step runs (slipway rm and gc skip images in use). An
+  // rm or gc between the import and the mark removes it: then import it again.
+  for (int attempt = 0;; ++attempt) {
+    auto image = step_image(sp, st);
+    SLIPWAY_TRY(image);
+    st.image = std::move(*image);
+    auto in_use = launcher::mark_in_use(launcher::NodeCache(st.cache_dir), st.image->manifest_digest);
+    if (in_use.ok()) {
+      st.image_in_use = std::move(*in_use);
+      break;
+    }
+    if (in_use.status().error_number() != ENOENT || attempt == 2) break;  // as before: run unmarked
+  }
   // The per-task private mount point of the container root (see LaunchSpec::scratch_dir).
   std::string mnt = st.cache_dir + "/mnt";
   if (mkdir(mnt.c_str(), 0700) != 0 && errno != EEXIST)

@@ -67,18 +67,47 @@ int cmd_images(std::vector<std::string>& args) {
   return 0;
 }
 
+// rm and gc leave unreferenced blobs alone while an import runs (hold_blobs in image/cache.h).
+constexpr const char* kBlobsDeferred =
+    "layer blobs no image uses were kept: an import is running; 'slipway gc' removes them later";
+
 int cmd_rm(std::vector<std::string>& args) {
   if (args.empty()) return fail("usage: slipway rm IMAGE..."), 2;
   NodeCache cache = user_cache();
   int rc = 0;
+  bool deferred = false;
   for (const auto& text : args) {
     auto digest = find_image(cache, text, canonical(text));
-    Status st = digest.ok() ? remove_image(cache, *digest) : digest.status();
+    Status st = digest.ok() ? remove_image(cache, *digest, &deferred) : digest.status();
     if (!st.ok()) {
       rc = fail(st.message());
       continue;
     }
     printf("removed %s\n", digest->c_str());
+  }
+  if (deferred) printf("%s\n", kBlobsDeferred);
+  return rc;
+}
+
+// slipway check [IMAGE...]: every image (or those named) is whole; one line each, exit 1 if not.
+int cmd_check(std::vector<std::string>& args) {
+  NodeCache cache = user_cache();
+  std::vector<std::string> digests;
+  if (args.empty()) {
+    auto images = list_images(cache);
+    if (!images.ok()) return fail("check: " + images.status().message());
+    for (const auto& img : *images) digests.push_back(img.manifest_digest);
+  }
+  int rc = 0;
+  for (const auto& text : args) {
+    auto digest = find_image(cache, text, canonical(text));
+    if (!digest.ok()) rc = fail(digest.status().message());
+    else digests.push_back(*digest);
+  }
+  for (const auto& digest : digests) {
+    Status st = check_image(cache, digest);
+    if (!st.ok()) rc = fail(st.message());
+    else printf("ok %s\n", digest.c_str());
   }
   return rc;
 }
@@ -100,6 +129,7 @@ int cmd_gc(std::vector<std::string>& args) {
   printf("removed %d image%s (%s), kept %s%s\n", r->removed, r->removed == 1 ? "" : "s",
          human(r->freed_bytes).c_str(), human(r->kept_bytes).c_str(),
          r->kept_bytes > *bytes ? " (the rest is in use by running steps)" : "");
+  if (r->blobs_deferred) printf("%s\n", kBlobsDeferred);
   return 0;
 }
 

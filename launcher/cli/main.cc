@@ -19,6 +19,7 @@ int cmd_doctor(std::vector<std::string>& args);  // doctor.cc
 int cmd_images(std::vector<std::string>& args);  // cache_commands.cc
 int cmd_rm(std::vector<std::string>& args);      // cache_commands.cc
 int cmd_gc(std::vector<std::string>& args);      // cache_commands.cc
+int cmd_check(std::vector<std::string>& args);   // cache_commands.cc
 namespace {
 
 // import IMAGE [--squashfs PATH]: with --squashfs, the image also becomes one squashfs file, for a
@@ -72,6 +73,8 @@ constexpr std::array kCommands = {
             cmd_rm},
     Command{"gc", "gc --keep SIZE   remove least recently used images until the cache fits SIZE",
             cmd_gc},
+    Command{"check", "check [IMAGE...] verify cached images: files present, every blob's sha256",
+            cmd_check},
     Command{"help", "help             this text", cmd_help},
 };
 

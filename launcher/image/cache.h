@@ -66,6 +66,12 @@ class FileLock {
   UniqueFd fd_;
 };
 
+// Importers hold this (a shared flock on locks/blobs.lock) from before their first blob lands
+// until their image is published; the blob sweep of `gc` and `rm` takes it exclusively without
+// waiting and is skipped while anyone imports, so it never deletes a blob that an import has just
+// fetched, or found present, and is about to publish an image over.
+Result<FileLock> hold_blobs(const NodeCache& cache);
+
 // --- Cache management (`slipway images`, `slipway rm`, `slipway gc --keep SIZE`) ---
 
 struct CachedImage {
@@ -84,17 +90,25 @@ Result<std::vector<CachedImage>> list_images(const NodeCache& cache);
 Result<FileLock> mark_in_use(const NodeCache& cache, std::string_view manifest_digest);
 
 // Unpublishes (one rename) and deletes an image; EBUSY if a step uses it. Blobs no other image
-// references are deleted too.
-Status remove_image(const NodeCache& cache, std::string_view manifest_digest);
+// references are deleted too, unless an import is running (hold_blobs): then *BLOBS_DEFERRED is
+// set and the next `rm` or `gc` deletes them.
+Status remove_image(const NodeCache& cache, std::string_view manifest_digest,
+                    bool* blobs_deferred = nullptr);
 
 struct GcResult {
   int removed = 0;
   uint64_t freed_bytes = 0;  // rootfs bytes of the removed images
   uint64_t kept_bytes = 0;
+  bool blobs_deferred = false;  // an import was running: unreferenced blobs were left for later
 };
 // Removes least-recently-used images not in use until the rest fits in KEEP_BYTES, then blobs
 // no image references and leftovers of dead importers in tmp/.
 Result<GcResult> gc_images(const NodeCache& cache, uint64_t keep_bytes);
+
+// `slipway check`: the published image's files are all there (config.json, manifest.json,
+// rootfs/), its config.json is the config its manifest names (sha256), and every layer blob is in
+// blobs/ with the sha256 and size its manifest says. The error names the first problem and the fix.
+Status check_image(const NodeCache& cache, std::string_view manifest_digest);
 
 // The published image TEXT names, for `slipway rm`: a digest ("sha256:<hex>"), a unique prefix
 // of at least 6 hex digits, or the reference it was imported as (CANONICAL: the same text

@@ -21,9 +21,11 @@
 #include <nlohmann/json.hpp>
 
 #include "image/cache.h"
+#include "image/digest.h"
 #include "image/fs_beneath.h"
 #include "image/image_ref.h"
 #include "image/import_squashfs.h"
+#include "image/manifest.h"
 
 namespace slipway::launcher {
 namespace {
@@ -107,8 +109,15 @@ void referenced_blobs(const std::string& image_dir, std::set<std::string>& out) 
     for (const auto& l : j["layers"]) add(l);
 }
 
-// Deletes blobs no published image references.
-Status remove_unreferenced_blobs(const NodeCache& cache) {
+// Deletes blobs no published image references, unless an import holds hold_blobs(): then sets
+// *DEFERRED and deletes nothing (the import's blobs are not referenced until it publishes).
+Status remove_unreferenced_blobs(const NodeCache& cache, bool* deferred) {
+  auto sweep = FileLock::acquire(cache.lock_path("blobs"), FileLock::Mode::kExclusive, false);
+  if (!sweep.ok() && sweep.status().error_number() == EWOULDBLOCK) {
+    if (deferred) *deferred = true;
+    return Status();
+  }
+  SLIPWAY_TRY(sweep);
   auto images = list_dir(cache.root() + "/images");
   SLIPWAY_TRY(images);
   std::set<std::string> keep;
@@ -181,6 +190,67 @@ Status remove_dead_tmp(const NodeCache& cache) {
 }
 
 }  // namespace
+
+namespace {
+
+Result<std::string> read_all(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd.valid()) return Status::from_errno(path, errno);
+  std::string body;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::from_errno("read " + path, errno);
+    body.append(buf, static_cast<size_t>(n));
+  }
+  return body;
+}
+
+// Blob DESC is in blobs/ with its size and sha256.
+Status check_blob(const NodeCache& cache, const Descriptor& desc, const std::string& what) {
+  const std::string path = cache.blob_path(desc.digest);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd.valid()) return Status::from_errno(what + " " + desc.digest + " is missing (" + path + ")", errno);
+  struct stat st;
+  SLIPWAY_SYS(::fstat(fd.get(), &st), path);
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != desc.size)
+    return Status::error(what + " " + desc.digest + " has " + std::to_string(st.st_size) +
+                             " bytes, not " + std::to_string(desc.size),
+                         EBADMSG);
+  auto digest = sha256_file(fd.get());
+  SLIPWAY_TRY(digest);
+  if (*digest != desc.digest)
+    return Status::error(what + " " + desc.digest + " is damaged (its sha256 is " + *digest + ")", EBADMSG);
+  return Status();
+}
+
+}  // namespace
+
+Status check_image(const NodeCache& cache, std::string_view manifest_digest) {
+  const std::string digest(manifest_digest), dir = cache.image_dir(digest);
+  const std::string fix = "; remove it ('slipway rm " + digest + "') and import it again";
+  auto in_image = [&](const Status& st) { return Status::error("image " + digest + ": " + st.message() + fix, st.error_number()); };
+  SLIPWAY_TRY(crypto_library().load());
+  struct stat st;
+  if (::stat((dir + "/rootfs").c_str(), &st) == -1 || !S_ISDIR(st.st_mode))
+    return in_image(Status::error("rootfs/ is missing", ENOENT));
+  auto manifest_body = read_all(dir + "/manifest.json");
+  if (!manifest_body.ok()) return in_image(manifest_body.status());
+  if (sha256_digest(*manifest_body) != digest)
+    return in_image(Status::error("manifest.json does not match the image's digest", EBADMSG));
+  auto manifest = parse_manifest(*manifest_body);
+  if (!manifest.ok()) return in_image(manifest.status());
+  auto config = read_all(dir + "/config.json");
+  if (!config.ok()) return in_image(config.status());
+  if (sha256_digest(*config) != manifest->config.digest)
+    return in_image(Status::error("config.json is not the config " + manifest->config.digest +
+                                      " its manifest names", EBADMSG));
+  for (size_t i = 0; i < manifest->layers.size(); ++i) {
+    Status blob = check_blob(cache, manifest->layers[i], "layer " + std::to_string(i + 1) + " blob");
+    if (!blob.ok()) return in_image(blob);
+  }
+  return Status();
+}
 
 Result<std::vector<CachedImage>> list_images(const NodeCache& cache) {
   auto names = list_dir(cache.root() + "/images");
@@ -270,11 +340,15 @@ Result<uint64_t> parse_size(std::string_view text) {
   return static_cast<uint64_t>(bytes);
 }
 
-Status remove_image(const NodeCache& cache, std::string_view digest) {
+Status remove_image(const NodeCache& cache, std::string_view digest, bool* blobs_deferred) {
   if (!is_valid_digest(digest))
     return Status::error("'" + std::string(digest) + "' is not a sha256 digest", EINVAL);
   SLIPWAY_TRY(unpublish(cache, std::string(digest)));
-  return remove_unreferenced_blobs(cache);
+  return remove_unreferenced_blobs(cache, blobs_deferred);
+}
+
+Result<FileLock> hold_blobs(const NodeCache& cache) {
+  return FileLock::acquire(cache.lock_path("blobs"), FileLock::Mode::kShared);
 }
 
 Result<GcResult> gc_images(const NodeCache& cache, uint64_t keep_bytes) {
@@ -286,13 +360,14 @@ Result<GcResult> gc_images(const NodeCache& cache, uint64_t keep_bytes) {
     if (r.kept_bytes <= keep_bytes) break;
     if (img.in_use) continue;
     Status st = unpublish(cache, img.manifest_digest);
-    if (!st.ok() && st.error_number() == EBUSY) continue;  // a step started meanwhile
+    // A step started using it, or another gc or rm removed it, meanwhile.
+    if (!st.ok() && (st.error_number() == EBUSY || st.error_number() == ENOENT)) continue;
     SLIPWAY_TRY(st);
     ++r.removed;
     r.freed_bytes += img.bytes;
     r.kept_bytes -= img.bytes;
   }
-  SLIPWAY_TRY(remove_unreferenced_blobs(cache));
+  SLIPWAY_TRY(remove_unreferenced_blobs(cache, &r.blobs_deferred));
   SLIPWAY_TRY(remove_dead_tmp(cache));
   return r;
 }

@@ -104,6 +104,8 @@ Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opt
   const std::string lock_key = digest_hex(key);
   auto lock = FileLock::acquire(cache.lock_path(lock_key), FileLock::Mode::kExclusive);
   SLIPWAY_TRY(lock);
+  auto blobs = hold_blobs(cache);  // no gc or rm sweeps our blobs before we publish
+  SLIPWAY_TRY(blobs);
   if (auto img = cached_and_touched(cache, key); img.ok()) return img;  // imported meanwhile
   SLIPWAY_TRY(cache.remove_stale_tmp(lock_key));
   if (!fm) {

@@ -193,6 +193,17 @@ Status ensure_blob(const NodeCache& cache, const Descriptor& d, const BlobFill& 
   return st;
 }
 
+// Every layer blob the image will reference is in blobs/ (--container-save and `slipway check`
+// read them). The importer's hold_blobs() keeps gc and rm away; this catches anything else.
+static Status check_layer_blobs(const NodeCache& cache, const BuildPlan& plan) {
+  for (const auto& layer : plan.manifest.layers)
+    if (::access(cache.blob_path(layer.digest).c_str(), F_OK) == -1)
+      return Status::error("layer blob " + layer.digest + " of image '" + plan.image +
+                               "' vanished from " + cache.root() + " during the import; import it again",
+                           errno);
+  return Status();
+}
+
 Result<ImportedImage> build_and_publish(const NodeCache& cache, const BuildPlan& plan,
                                         const LayerFetch& fetch, size_t parallel,
                                         const ImportOptions& opts, Progress& progress) {
@@ -206,15 +217,16 @@ Result<ImportedImage> build_and_publish(const NodeCache& cache, const BuildPlan&
   if (st.ok()) st = write_new_file(*tmp + "/config.json", plan.config_body);
   if (st.ok()) st = write_new_file(*tmp + "/manifest.json", plan.manifest_body);
   if (st.ok()) st = write_new_file(*tmp + "/name", plan.image + "\n");
+  if (st.ok()) st = check_layer_blobs(cache, plan);
   const std::string dest = cache.image_dir(plan.manifest_digest);
   if (st.ok() && ::rename(tmp->c_str(), dest.c_str()) == -1 && errno != ENOTEMPTY &&
       errno != EEXIST)
     st = with_fix(Status::from_errno("publish " + dest, errno), cache);
   remove_tmp(cache, *tmp);
   SLIPWAY_TRY(st);
-  auto img = find_cached_image(cache, plan.manifest_digest);
-  if (img.ok()) img->was_cached = false;
-  return img;
+  // From memory, not re-read from images/: an rm or gc may remove the image the moment it is
+  // published (a step's mark_in_use() then says so, and it imports again).
+  return ImportedImage{plan.manifest_digest, dest + "/rootfs", plan.config, false};
 }
 
 Result<ImportedImage> cached_and_touched(const NodeCache& cache, const std::string& digest) {

@@ -440,6 +440,8 @@ Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOption
   plan.lock_key = digest_hex(key);
   auto lock = FileLock::acquire(cache.lock_path(plan.lock_key), FileLock::Mode::kExclusive);
   SLIPWAY_TRY(lock);
+  auto blobs = hold_blobs(cache);  // no gc or rm sweeps our blobs before we publish
+  SLIPWAY_TRY(blobs);
   if (auto img = cached_and_touched(cache, key); img.ok()) return img;  // imported meanwhile
   SLIPWAY_TRY(cache.remove_stale_tmp(plan.lock_key));
   auto config = parse_image_config(local->config_body);

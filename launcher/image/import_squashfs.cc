@@ -169,6 +169,8 @@ Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,
   const std::string lock_key = "squashfs-" + key;
   auto lock = FileLock::acquire(cache.lock_path(lock_key), FileLock::Mode::kExclusive);
   SLIPWAY_TRY(lock);
+  auto blobs = hold_blobs(cache);  // no gc or rm sweeps our blobs before we publish
+  SLIPWAY_TRY(blobs);
   if (std::string d = read_memo(cache, key); !d.empty())  // imported meanwhile
     if (auto img = cached_and_touched(cache, d); img.ok()) return img;
   SLIPWAY_TRY(cache.remove_stale_tmp(lock_key));

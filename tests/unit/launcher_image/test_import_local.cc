@@ -3,12 +3,16 @@
 // every time); corrupt, incomplete and hostile local images fail with one clear line and publish
 // nothing.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <ctime>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "image/digest.h"
+#include "image/cache.h"
 #include "image/import.h"
 #include "image_test_util.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
@@ -25,17 +29,17 @@ static void put_blob(const std::string& dir, const std::string& data) {
 
 // An OCI image layout in DIR with two layers (the second whites out a file of the first); returns
 // the manifest digest.
-static std::string write_layout(const std::string& dir) {
+static std::string write_layout(const std::string& dir, const std::string& label = "local") {
   mkdir(dir.c_str(), 0755);
   mkdir((dir + "/blobs").c_str(), 0755);
   mkdir((dir + "/blobs/sha256").c_str(), 0755);
   std::string l1 = TarBuilder(TarBuilder::Compression::kGzip)
-                       .file("etc/slipway-image", "local\n").file("old", "o")
+                       .file("etc/slipway-image", label + "\n").file("old", "o")
                        .symlink("bin/sh", "busybox").finish();
   std::string l2 = TarBuilder(TarBuilder::Compression::kGzip).file(".wh.old", "").file("new", "n")
                        .finish();
   // diff_ids: the digests of the uncompressed layers (skopeo checks them for docker-archive).
-  std::string u1 = TarBuilder().file("etc/slipway-image", "local\n").file("old", "o")
+  std::string u1 = TarBuilder().file("etc/slipway-image", label + "\n").file("old", "o")
                        .symlink("bin/sh", "busybox").finish();
   std::string u2 = TarBuilder().file(".wh.old", "").file("new", "n").finish();
   std::string config = std::string(kConfigPrefix) + R"("rootfs":{"type":"layers","diff_ids":[")" +
@@ -204,6 +208,109 @@ START_TEST(fifo_in_layout_is_refused_without_blocking) {
 }
 END_TEST
 
+// Imports racing `gc --keep 0` and `rm` from other processes for a few seconds: every import
+// succeeds (gc and rm used to delete the blobs an import had just copied, and it failed with
+// "No such file or directory"), and afterwards every image passes check_image and tmp/ is empty.
+static bool run_for(double seconds, const std::function<bool()>& body) {
+  timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  do {
+    if (!body()) return false;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (static_cast<double>(now.tv_sec - start.tv_sec) +
+               static_cast<double>(now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
+  return true;
+}
+
+START_TEST(imports_race_gc_and_rm) {
+  Sandbox sb;
+  std::vector<std::string> refs;
+  for (const char* label : {"one", "two", "three"}) {
+    std::string layout = sb.base + "-race-" + label;
+    write_layout(layout, label);
+    refs.push_back("oci:" + layout);
+  }
+  ImportOptions opts = options(sb);
+  NodeCache cache(opts.cache_dir);
+  ck_assert(cache.ensure_layout().ok());
+  std::vector<std::function<bool()>> roles;
+  for (int i = 0; i < 3; ++i)
+    roles.push_back([&, i, n = 0]() mutable {
+      auto img = import_image(*parse_image_ref(refs[(i + n++) % refs.size()]), opts);
+      if (!img.ok()) fprintf(stderr, "importer %d: %s\n", i, img.status().message().c_str());
+      return img.ok();
+    });
+  roles.push_back([&] {
+    auto r = gc_images(cache, 0);
+    if (!r.ok()) fprintf(stderr, "gc: %s\n", r.status().message().c_str());
+    return r.ok();
+  });
+  roles.push_back([&] {
+    auto images = list_images(cache);
+    for (const auto& img : images.ok() ? *images : std::vector<CachedImage>{}) {
+      Status st = remove_image(cache, img.manifest_digest);
+      if (!st.ok() && st.error_number() != ENOENT && st.error_number() != EBUSY) {
+        fprintf(stderr, "rm: %s\n", st.message().c_str());
+        return false;
+      }
+    }
+    return true;
+  });
+  std::vector<pid_t> pids;
+  for (auto& role : roles) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(run_for(4.0, role) ? 0 : 1);
+    pids.push_back(pid);
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "role %zu failed (see stderr)", i);
+  }
+  for (const auto& ref : refs) ck_assert(import_image(*parse_image_ref(ref), opts).ok());
+  auto images = list_images(cache);
+  ck_assert(images.ok() && images->size() == refs.size());
+  for (const auto& img : *images) {
+    Status st = check_image(cache, img.manifest_digest);
+    ck_assert_msg(st.ok(), "%s", st.message().c_str());
+  }
+  auto r = gc_images(cache, uint64_t{1} << 40);
+  ck_assert(r.ok() && !r->blobs_deferred);
+  ck_assert_int_eq(count_entries(cache.tmp_dir()), 0);
+  for (const auto& ref : refs) remove_all(ref.substr(4));
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
+// check_image names what is wrong: a damaged layer blob, then a missing one.
+START_TEST(check_finds_damaged_and_missing_blobs) {
+  Sandbox sb;
+  std::string layout = sb.base + "-check";
+  std::string digest = write_layout(layout);
+  ImportOptions opts = options(sb);
+  NodeCache cache(opts.cache_dir);
+  ck_assert(import_image(*parse_image_ref("oci:" + layout), opts).ok());
+  ck_assert(check_image(cache, digest).ok());
+  std::string manifest = read_text(cache.image_dir(digest) + "/manifest.json");
+  const std::string before_hex = "tar+gzip\",\"digest\":\"sha256:";
+  std::string layer = "sha256:" + manifest.substr(manifest.find(before_hex) + before_hex.size(), 64);
+  std::string blob = read_text(cache.blob_path(layer));
+  blob[blob.size() / 2] ^= 1;
+  write_text(cache.blob_path(layer), blob);
+  Status st = check_image(cache, digest);
+  ck_assert(!st.ok());
+  ck_assert_msg(st.message().find("image " + digest + ": layer 1 blob " + layer + " is damaged (its sha256 is sha256:") == 0,
+                "%s", st.message().c_str());
+  ck_assert_msg(st.message().find("; remove it ('slipway rm " + digest + "') and import it again") != std::string::npos,
+                "%s", st.message().c_str());
+  unlink(cache.blob_path(layer).c_str());
+  st = check_image(cache, digest);
+  ck_assert_msg(st.message().find("layer 1 blob " + layer + " is missing") != std::string::npos, "%s", st.message().c_str());
+  remove_all(layout);
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("import_local");
   TCase* tc = tcase_create("local");
@@ -213,6 +320,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, corrupt_layer_in_layout_is_rejected);
   tcase_add_test(tc, missing_and_hostile_local_images);
   tcase_add_test(tc, fifo_in_layout_is_refused_without_blocking);
+  tcase_add_test(tc, imports_race_gc_and_rm);
+  tcase_add_test(tc, check_finds_damaged_and_missing_blobs);
   suite_add_tcase(s, tc);
   return s;
 }
