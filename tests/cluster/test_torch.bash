@@ -1,0 +1,219 @@
+# PyTorch on the sandbox (issue 14), in the `torch` image, 4 nodes x 2 tasks, each case through the
+# plugin (srun --container-image) and through `slipway run` under srun: plain DDP on Gloo and on
+# the libtrain backend from env:// ends with bitwise identical weights on all 8 ranks; a Horovod
+# script on libtrain.torch reaches the accuracy of one process with the same global batch; a rank
+# killed mid-run makes every other rank raise a libtrain error within LIBTRAIN_TIMEOUT: never a hang.
+
+readonly DDP=/usr/share/libtrain/examples/torch_ddp.py
+readonly HVD=/usr/share/libtrain/examples/torch_hvd.py
+# Equal global batches (8 x 16 = 128) and learning rates (8 x 0.01 = 0.08): DistributedSampler
+# then gives 8 ranks exactly the one process's batches, so the accuracies must agree.
+readonly HVD_ARGS="--epochs 2 --limit 10000"
+readonly HVD_ONE="--batch 128 --lr 0.08" HVD_EIGHT="--batch 16 --lr 0.01"
+readonly EIGHT="-N4 --ntasks-per-node=2"
+# Failure tests: LIBTRAIN_TIMEOUT, and the most seconds from a rank's death until srun returns;
+# their jobs' name (scancel'd when a test gives up on one).
+readonly FAIL_TIMEOUT=20 KILL_JOB=slipway-test-torch-kill
+
+setup_file() {
+    require_sandbox
+    require_plugin
+    "$SANDBOX" images torch >/dev/null 2>&1 || fail "slipway-sandbox images torch failed (run it to see why)"
+    TORCH=$(image_ref torch)
+    local bin=${SLIPWAY_BUILD_DIR:-$REPO_DIR/build}/launcher/slipway
+    [[ -x $bin ]] || fail "slipway is not built ($bin)"
+    # The nodes cannot see a build under /tmp (each has its own): run a copy from the user's home,
+    # where the checkpoints go too (bound into the container at /ckpt).
+    install -m 0755 -o slwuser "$bin" "$(job_user_home)/slipway"
+    CKPT_DIR=$(job_user_home)/torch-test
+    install -d -m 0755 -o slwuser "$CKPT_DIR"
+    export SLIPWAY_INSECURE_REGISTRIES=$SANDBOX_NET.1:5000
+    REFERENCE=$(mktemp)
+    # The first start imports 1.3 GiB on every node, for each path: done here, so that the
+    # tests' own time limits measure training, not the pull.
+    JOB_TIMEOUT=300
+    local via
+    for via in plugin slipway-run; do
+        in_torch "$via"
+        run_job srun -N4 --ntasks-per-node=1 -K "${IN_TORCH[@]}" true
+        ((status == 0)) || fail "the torch image does not start through $via: $output"
+    done
+    JOB_TIMEOUT=180
+}
+
+teardown_file() { rm -rf "$(job_user_home)/slipway" "$CKPT_DIR" "$REFERENCE"; }
+
+# in_torch plugin|slipway-run [CONTAINER_OPTION...]: sets IN_TORCH, the words between srun's own
+# options and the command that run it in the torch image: the plugin's options, or `slipway run`.
+in_torch() {
+    local via=$1
+    shift
+    case $via in
+        plugin) IN_TORCH=(--container-image="$TORCH" "$@") ;;
+        slipway-run) IN_TORCH=(./slipway run --container-image="$TORCH" "$@" --) ;;
+        *) fail "in_torch: unknown path '$via'" ;;
+    esac
+}
+
+# ddp_on_8_ranks VIA BACKEND [SRUN_OPTION...]: torch_ddp.py on 8 ranks; every rank prints the
+# sha256 of its weights, and the 8 must be one value.
+ddp_on_8_ranks() {
+    local via=$1 backend=$2 digests
+    shift 2
+    in_torch "$via"
+    # shellcheck disable=SC2086
+    run_job env LIBTRAIN_TIMEOUT=30 srun "$@" $EIGHT -K "${IN_TORCH[@]}" \
+        python3 "$DDP" --backend "$backend" --steps 20
+    assert_success
+    assert_output_contains "ddp: backend $backend, world size 8"
+    digests=$(sed -n 's|^rank \([0-7]\)/8: weights sha256 \([0-9a-f]\{64\}\)$|\1 \2|p' <<<"$output" | sort -u)
+    assert_equal "0 1 2 3 4 5 6 7" "$(awk '{ print $1 }' <<<"$digests" | sort -u | paste -sd' ')" \
+        "ranks that printed their weights' digest"
+    assert_equal 1 "$(awk '{ print $2 }' <<<"$digests" | sort -u | wc -l)" "distinct weight digests over 8 ranks"
+}
+
+test_ddp_on_gloo_from_env_through_the_plugin() { ddp_on_8_ranks plugin gloo; }
+test_ddp_on_gloo_from_env_through_slipway_run() { ddp_on_8_ranks slipway-run gloo; }
+test_ddp_on_libtrain_through_the_plugin() { ddp_on_8_ranks plugin libtrain --mpi=pmix; }
+test_ddp_on_libtrain_through_slipway_run() { ddp_on_8_ranks slipway-run libtrain --mpi=pmix; }
+# No PMIx: the backend wires up from the same env:// variables Gloo uses.
+test_ddp_on_libtrain_from_env_through_the_plugin() { ddp_on_8_ranks plugin libtrain; }
+
+# The number after "final test accuracy" in $output.
+final_accuracy() {
+    sed -n 's/^final test accuracy \([0-9.]*\) .*/\1/p' <<<"$output"
+}
+
+# One process's accuracy (the reference), trained once per file and remembered in $REFERENCE.
+reference_accuracy() {
+    if [[ ! -s $REFERENCE ]]; then
+        # shellcheck disable=SC2086
+        run_job env LIBTRAIN_TIMEOUT=30 srun -N1 -n1 -K --container-image="$TORCH" python3 "$HVD" $HVD_ARGS $HVD_ONE
+        assert_success
+        assert_output_contains "training on 1 ranks"
+        final_accuracy >"$REFERENCE"
+    fi
+    cat "$REFERENCE"
+}
+
+# hvd_matches_one_process VIA: torch_hvd.py on 8 ranks, checkpointing; the accuracy is within one
+# point of one process's (and real: > 0.7); rank 0's checkpoint holds the trained epochs.
+hvd_matches_one_process() {
+    local single multi ckpt=$CKPT_DIR/$1.pt
+    single=$(reference_accuracy)
+    in_torch "$1" --container-mounts="$CKPT_DIR:/ckpt"
+    rm -f "$ckpt"
+    # shellcheck disable=SC2086
+    run_job env LIBTRAIN_TIMEOUT=30 srun --mpi=pmix $EIGHT -K "${IN_TORCH[@]}" \
+        python3 "$HVD" $HVD_ARGS $HVD_EIGHT --checkpoint "/ckpt/$1.pt"
+    assert_success
+    assert_output_contains "training on 8 ranks (2 on this node)"
+    multi=$(final_accuracy)
+    echo "# one process: $single, 8 ranks: $multi" >&2
+    [[ -n $single && -n $multi ]] || fail "no final accuracy (one process: '$single', 8 ranks: '$multi')"
+    awk -v a="$single" -v b="$multi" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' \
+        || fail "8 ranks reached $multi, one process $single: more than 1 point apart"
+    assert_less 0.7 "$single" "accuracy of one process"
+    assert_file_exists "$ckpt"
+    run_host /usr/bin/python3 -c 'import sys, torch; s = torch.load(sys.argv[1])
+print(s["epoch"], sorted(s["model"]), len(s["optimizer"]["state"]))' "$ckpt"
+    assert_success
+    assert_output "2 ['fc1.bias', 'fc1.weight', 'fc2.bias', 'fc2.weight', 'fc3.bias', 'fc3.weight'] 6"
+}
+
+test_horovod_script_on_8_ranks_matches_one_process_through_the_plugin() { hvd_matches_one_process plugin; }
+test_horovod_script_on_8_ranks_matches_one_process_through_slipway_run() { hvd_matches_one_process slipway-run; }
+
+# start_hvd VIA OUTFILE EPOCHS [ARG...]: torch_hvd.py on 8 ranks in the background, without -K
+# (srun must not be what stops the others), LIBTRAIN_TIMEOUT=$FAIL_TIMEOUT. Sets JOB_PID; the
+# status of srun lands in OUTFILE.rc.
+start_hvd() {
+    local via=$1 out=$2 epochs=$3
+    shift 3
+    in_torch "$via"
+    # shellcheck disable=SC2086
+    ( "$SANDBOX" exec -- env LIBTRAIN_TIMEOUT=$FAIL_TIMEOUT timeout "$JOB_TIMEOUT" \
+        srun --job-name="$KILL_JOB" --kill-on-bad-exit=0 --mpi=pmix $EIGHT "${IN_TORCH[@]}" \
+        python3 "$HVD" --epochs "$epochs" --limit 10000 $HVD_EIGHT "$@" >"$out" 2>&1
+      echo $? >"$out.rc" ) &
+    JOB_PID=$!
+}
+
+# wait_for_line OUTFILE REGEX: returns once a line of OUTFILE matches, fails after 120 s.
+wait_for_line() {
+    local i
+    for ((i = 0; i < 1200; i++)); do
+        grep -Eq "$2" "$1" 2>/dev/null && return 0
+        [[ -s $1.rc ]] && break
+        sleep 0.1
+    done
+    cat "$1" >&2
+    "$SANDBOX" exec -- scancel --name="$KILL_JOB" || true
+    fail "no line matching /$2/ in the job's output"
+}
+
+# wait_hvd OUTFILE: waits for the job; sets $status and $output like run_job.
+wait_hvd() {
+    wait "$JOB_PID" || true
+    status=$(cat "$1.rc")
+    output=$(cat "$1")
+    rm -f "$1" "$1.rc"
+    echo "# status $status, output:"$'\n'"$output" >&2
+}
+
+# Every rank but the dead one ($1) raised a libtrain error, and srun failed within the limit.
+assert_others_raised() {
+    local dead=$1 t0=$2 r
+    assert_failure
+    assert_less "$(elapsed "$t0")" $FAIL_TIMEOUT "seconds from the death of rank $dead until srun returned"
+    for r in 0 1 2 3 4 5 6 7; do
+        ((r == dead)) && continue
+        grep -Eq "^torch_hvd\.py: rank $r: [A-Za-z]+Error: libtrain: " <<<"$output" \
+            || fail "rank $r reported no libtrain error:"$'\n'"$output"
+    done
+    assert_output_contains "PeerError: libtrain: "
+}
+
+# A rank that SIGKILLs itself at step 30 (of 79 per epoch); the clock starts when it says so.
+rank_that_dies() {
+    local out t0
+    out=$(mktemp)
+    start_hvd "$1" "$out" 2 --die-rank 5 --die-step 30
+    wait_for_line "$out" "^rank 5: killing myself"
+    t0=$(now)
+    wait_hvd "$out"
+    assert_others_raised 5 "$t0"
+}
+
+test_rank_that_dies_makes_every_rank_raise_through_the_plugin() { rank_that_dies plugin; }
+test_rank_that_dies_makes_every_rank_raise_through_slipway_run() { rank_that_dies slipway-run; }
+
+# The pid (as the host sees it: the nodes share its pid namespace) of the python3 process
+# running torch_hvd.py with SLURM_PROCID=$1, or nothing. The plugin starts `python3` by its path.
+hvd_pid() {
+    local dir
+    for dir in /proc/[0-9]*; do
+        tr '\0' ' ' <"$dir/cmdline" 2>/dev/null | grep -Eq "^(/usr/bin/)?python3 $HVD " || continue
+        tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$1" && { echo "${dir#/proc/}"; return; }
+    done
+}
+
+# kill -9 from outside, once training runs (rank 0 finished its first epoch).
+rank_killed_from_outside() {
+    local out pid t0
+    out=$(mktemp)
+    start_hvd "$1" "$out" 100
+    wait_for_line "$out" "^epoch 1: "
+    pid=$(hvd_pid 6)
+    if [[ -z $pid ]]; then
+        "$SANDBOX" exec -- scancel --name="$KILL_JOB" || true
+        fail "no process of rank 6 found"
+    fi
+    t0=$(now)
+    kill -9 "$pid"
+    wait_hvd "$out"
+    assert_others_raised 6 "$t0"
+}
+
+test_rank_killed_from_outside_makes_every_rank_raise_through_the_plugin() { rank_killed_from_outside plugin; }
+test_rank_killed_from_outside_makes_every_rank_raise_through_slipway_run() { rank_killed_from_outside slipway-run; }
