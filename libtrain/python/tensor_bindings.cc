@@ -46,11 +46,13 @@ class PyStore final : public Store {
 
 void* address(uintptr_t addr) { return reinterpret_cast<void*>(addr); }
 
+// TIMEOUT_S > 0 replaces LIBTRAIN_TIMEOUT's value (the torch backend passes its timeout=).
 std::unique_ptr<Communicator> make_communicator(py::object store, int rank, int size,
-                                                const std::string& prefix) {
+                                                const std::string& prefix, double timeout_s) {
   auto py_store = std::make_shared<PyStore>(std::move(store));
   CommunicatorOptions opts = CommunicatorOptions::from_env();
   opts.prefix = prefix;
+  if (timeout_s > 0) opts.timeout = Seconds(timeout_s);
   std::string node = node_name();
   py::gil_scoped_release nogil;
   return std::make_unique<Communicator>(py_store, rank, size, node, opts);
@@ -62,7 +64,7 @@ Communicator& world_ref() { return world(); }
 void bind_communicator(py::module_& m) {
   py::class_<Communicator>(m, "Communicator")
       .def(py::init(&make_communicator), py::arg("store"), py::arg("rank"), py::arg("size"),
-           py::arg("prefix") = "libtrain/pg")
+           py::arg("prefix") = "libtrain/pg", py::arg("timeout_seconds") = 0.0)
       .def_static("world", &world_ref, py::return_value_policy::reference)
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)

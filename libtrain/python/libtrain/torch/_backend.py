@@ -215,15 +215,12 @@ def _make_communicator(store, rank, size, timeout):
     """A Communicator over the group's (already group-prefixed) c10d store. LIBTRAIN_TIMEOUT wins;
     else a timeout= other than c10d's default becomes libtrain's timeout, as it is Gloo's."""
     default = getattr(dist.distributed_c10d, "default_pg_timeout", datetime.timedelta(minutes=30))
-    override = ("LIBTRAIN_TIMEOUT" not in os.environ and isinstance(timeout, datetime.timedelta)
-                and timeout != default and timeout.total_seconds() > 0)
-    if override:
-        os.environ["LIBTRAIN_TIMEOUT"] = repr(timeout.total_seconds())
-    try:
-        return _libtrain.Communicator(_StoreAdapter(store), rank, size, prefix="libtrain/c10d")
-    finally:
-        if override:
-            del os.environ["LIBTRAIN_TIMEOUT"]
+    seconds = 0.0
+    if ("LIBTRAIN_TIMEOUT" not in os.environ and isinstance(timeout, datetime.timedelta)
+            and timeout != default and timeout.total_seconds() > 0):
+        seconds = timeout.total_seconds()
+    return _libtrain.Communicator(_StoreAdapter(store), rank, size, prefix="libtrain/c10d",
+                                  timeout_seconds=seconds)
 
 
 _group_count = 0
