@@ -59,6 +59,20 @@ constexpr std::array kConfigKeys = {
                 c.registry_mirrors = std::move(*m);
                 return Status();
               }},
+    ConfigKey{"max_image_size", "largest unpacked image imported, e.g. 64G (the default)",
+              [](PluginConfig& c, std::string_view v) {
+                return launcher::parse_import_bound(c.import_bounds, "max_image_size", v);
+              }},
+    ConfigKey{"max_layer_ratio", "a layer may unpack to at most this many times its compressed "
+                                 "size (default 1000; 0: no bound)",
+              [](PluginConfig& c, std::string_view v) {
+                return launcher::parse_import_bound(c.import_bounds, "max_layer_ratio", v);
+              }},
+    ConfigKey{"min_free_space", "an import fails rather than leave less than this free on the "
+                                "cache's filesystem, e.g. 10G (default 0)",
+              [](PluginConfig& c, std::string_view v) {
+                return launcher::parse_import_bound(c.import_bounds, "min_free_space", v);
+              }},
     ConfigKey{"ca_file", "extra CA bundle (PEM) trusted for registries",
               [](PluginConfig& c, std::string_view v) {
                 return set_absolute_path(c.ca_file, "ca_file", v);

@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "dl/dl_env.h"
 #include "dl/host_libs.h"
+#include "image/import.h"
 
 namespace slipway::spank {
 
@@ -22,6 +23,7 @@ struct PluginConfig {
   std::vector<std::string> insecure_registries;  // spoken to over plain HTTP
   std::map<std::string, std::string> registry_mirrors;  // registry_mirrors=: registry -> mirror
   std::string ca_file;           // extra CA bundle for registries
+  launcher::ImportBounds import_bounds;  // max_image_size=, max_layer_ratio=, min_free_space=
   bool sbatch_support = false;   // run the batch script itself in the container
   bool execute_entrypoint = false;  // default of --container-entrypoint
   bool mount_home = true;        // default of --container-mount-home

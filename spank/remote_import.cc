@@ -37,6 +37,7 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   if (auto handoff = job_getenv(sp, launcher::kManifestHandoffEnv); handoff && !ref->digest.empty())
     if (auto body = launcher::decode_manifest_handoff(*handoff); body.ok()) opts.manifest = *body;
   opts.cache_dir = st.cache_dir;
+  opts.bounds = st.config.import_bounds;
   opts.registry.insecure_registries = st.config.insecure_registries;
   opts.registry.mirrors = st.config.registry_mirrors;
   opts.registry.ca_file = st.config.ca_file;

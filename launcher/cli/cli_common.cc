@@ -41,6 +41,16 @@ ImportOptions import_options() {
     fail("SLIPWAY_REGISTRY_MIRRORS: " + m.status().message());
     exit(2);
   }
+  for (const auto& [var, key] : {std::pair{"SLIPWAY_MAX_IMAGE_SIZE", "max_image_size"},
+                                 std::pair{"SLIPWAY_MAX_LAYER_RATIO", "max_layer_ratio"},
+                                 std::pair{"SLIPWAY_MIN_FREE_SPACE", "min_free_space"}}) {
+    std::string value = env_or(var, "");
+    if (value.empty()) continue;
+    if (Status st = parse_import_bound(o.bounds, key, value); !st.ok()) {
+      fail(std::string(var) + ": " + st.message());  // a site setting: refuse rather than ignore it
+      exit(2);
+    }
+  }
   o.registry.warn = [](const std::string& line) { fprintf(stderr, "slipway: %s\n", line.c_str()); };
   o.registry.ca_file = env_or("SLIPWAY_CA_FILE", "");
   std::string creds = env_or("HOME", "/") + "/.config/slipway/credentials";

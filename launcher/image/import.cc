@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -67,6 +69,29 @@ Result<ImportedImage> build_image(const NodeCache& cache, RegistryClient& client
 }
 
 }  // namespace
+
+Status parse_import_bound(ImportBounds& bounds, std::string_view key, std::string_view value) {
+  auto bad = [&](const std::string& why) {
+    return Status::error(std::string(key) + "='" + std::string(value) + "' " + why, EINVAL);
+  };
+  if (key == "max_layer_ratio") {
+    std::string text(value);
+    char* end = nullptr;
+    double r = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end || !(r >= 0) || r > 1e9) return bad("is not a ratio (a number like 1000, or 0 for none)");
+    bounds.max_layer_ratio = r;
+    return Status();
+  }
+  uint64_t* target = key == "max_image_size" ? &bounds.max_image_bytes
+                     : key == "min_free_space" ? &bounds.min_free_bytes
+                                               : nullptr;
+  if (!target) return Status::error("unknown import bound '" + std::string(key) + "'", EINVAL);
+  auto bytes = parse_size(value);
+  if (!bytes.ok()) return bad("is not a size (like 64G or 500M)");
+  if (key == "max_image_size" && *bytes == 0) return bad("must be more than 0");
+  *target = *bytes;
+  return Status();
+}
 
 Result<ImportedImage> find_cached_image(const NodeCache& cache, std::string_view digest) {
   if (!is_valid_digest(digest))

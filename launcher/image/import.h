@@ -18,10 +18,24 @@
 
 namespace slipway::launcher {
 
+// Bounds a site sets on imports: plugin keys max_image_size=, max_layer_ratio=, min_free_space=;
+// for slipway SLIPWAY_MAX_IMAGE_SIZE, SLIPWAY_MAX_LAYER_RATIO, SLIPWAY_MIN_FREE_SPACE.
+struct ImportBounds {
+  uint64_t max_image_bytes = 64ull << 30;  // all layers of an image, unpacked
+  // One layer may unpack to this many times its compressed size (from 1 MiB up). 1000: gzip tops
+  // out near 1000:1 on zeros, real layers measure 2-10:1; a bomb goes far past it. 0: no bound.
+  double max_layer_ratio = 1000;
+  uint64_t min_free_bytes = 0;  // kept free on the cache's filesystem during an import
+};
+
+// Sets the bound KEY ("max_image_size", "max_layer_ratio" or "min_free_space") from VALUE (sizes
+// as parse_size takes them: 64G, 500M; the ratio a positive number or 0). The error names both.
+Status parse_import_bound(ImportBounds& bounds, std::string_view key, std::string_view value);
+
 struct ImportOptions {
   std::string cache_dir;  // the node cache root (created 0700 if missing; must be owned by euid)
   RegistryOptions registry;
-  uint64_t max_unpacked_bytes = 64ull << 30;  // decompression-bomb limit per image
+  ImportBounds bounds;
   std::function<void(std::string_view line)> progress;  // optional, at most one call per second
   // The bytes of the manifest REF.digest names, fetched once per job by srun and handed to every
   // node (manifest_handoff.h): used instead of a manifest request when their sha256 is

@@ -111,7 +111,10 @@ Status unpack_all(const NodeCache& cache, const BuildPlan& plan, LayerPool& pool
   SLIPWAY_SYS(::mkdir(rootfs.c_str(), 0755), "create " + rootfs);
   UniqueFd rootfd(::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!rootfd.valid()) return Status::from_errno("open " + rootfs, errno);
-  UnpackBudget budget{opts.max_unpacked_bytes, 0};
+  UnpackBudget budget;
+  budget.max_bytes = opts.bounds.max_image_bytes;
+  budget.max_ratio = opts.bounds.max_layer_ratio;
+  budget.min_free_bytes = opts.bounds.min_free_bytes;
   const auto& layers = plan.manifest.layers;
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string of = std::to_string(i + 1) + "/" + std::to_string(layers.size());

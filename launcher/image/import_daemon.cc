@@ -68,7 +68,7 @@ Result<ImportedImage> import_daemon_image(const ImageRef& ref, const ImportOptio
   std::vector<std::string> argv = {tool, "save"};
   if (ref.daemon == "podman") argv.insert(argv.end(), {"--format", "docker-archive"});
   argv.push_back(ref.repository);
-  if (std::string why = run_tool(argv, archive.get(), -1, opts.max_unpacked_bytes, tool_environment());
+  if (std::string why = run_tool(argv, archive.get(), -1, opts.bounds.max_image_bytes, tool_environment());
       !why.empty())
     return Status::error("cannot export '" + text + "' from " + ref.daemon + ": " + why +
                              "; check the name with '" + ref.daemon + " images'",

@@ -189,7 +189,7 @@ Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,
   // The tar is larger than what it unpacks to by its headers (512 bytes or more per entry), which
   // apply_layer's budget counts the same way: twice the budget only keeps the disk safe.
   std::string why = run_tool({sqfs2tar, "--no-xattr", input}, out.get(), fd,
-                             2 * opts.max_unpacked_bytes + (64ull << 20));
+                             2 * opts.bounds.max_image_bytes + (64ull << 20));
   if (why.starts_with(input + ": ")) why.erase(0, input.size() + 2);  // it names its input
   while (!why.empty() && why.back() == '.') why.pop_back();
   if (!why.empty()) {

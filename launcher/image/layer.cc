@@ -8,10 +8,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <unordered_set>
 
 #include "image/archive_lazy.h"
@@ -49,6 +53,40 @@ Status replace_existing(int parent, const std::string& name) {
   return remove_tree_at(parent, name.c_str());
 }
 
+// max_layer_ratio counts from this compressed size up: a small layer may always unpack to
+// ratio x 1 MiB (a few zero-filled files compress to almost nothing).
+constexpr uint64_t kRatioFloor = 1 << 20;
+constexpr uint64_t kFreeCheckEvery = 64 << 20;
+
+std::string human_bytes(uint64_t n) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", r);
+  return buf;
+}
+
+// min_free_space: the filesystem under FD keeps BUDGET.min_free_bytes available.
+Status check_free_space(int fd, UnpackBudget& budget) {
+  budget.free_checked_at = budget.used;
+  struct statvfs vfs;
+  if (::fstatvfs(fd, &vfs) == -1) return Status::from_errno("statvfs of the image cache", errno);
+  uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (avail >= budget.min_free_bytes) return Status();
+  return Status::error("the cache's filesystem has " + human_bytes(avail) + " free, below the " +
+                           human_bytes(budget.min_free_bytes) +
+                           " it must keep (min_free_space=, SLIPWAY_MIN_FREE_SPACE)",
+                       ENOSPC);
+}
+
 class LayerWriter {
  public:
   LayerWriter(int rootfd, UnpackBudget& budget, UnpackStats& stats)
@@ -77,10 +115,24 @@ class LayerWriter {
 
 Status LayerWriter::charge(uint64_t n) {
   budget_.used += n;
+  budget_.layer_used += n;
   if (budget_.used > budget_.max_bytes)
-    return Status::error("the image unpacks to more than " + std::to_string(budget_.max_bytes) +
-                             " bytes (max_unpacked_bytes); it is too large or a decompression bomb",
+    return Status::error("the image unpacks to more than " + human_bytes(budget_.max_bytes) +
+                             " (max_image_size=, SLIPWAY_MAX_IMAGE_SIZE); it is too large or a "
+                             "decompression bomb",
                          EFBIG);
+  if (budget_.max_ratio > 0) {
+    double allowed = budget_.max_ratio *
+                     static_cast<double>(std::max<uint64_t>(budget_.layer_compressed, kRatioFloor));
+    if (static_cast<double>(budget_.layer_used) > allowed)
+      return Status::error("the layer's " + human_bytes(budget_.layer_compressed) +
+                               " unpack to more than " + human_bytes(static_cast<uint64_t>(allowed)) +
+                               " (max_layer_ratio=" + ratio_text(budget_.max_ratio) +
+                               ", SLIPWAY_MAX_LAYER_RATIO): a decompression bomb, or raise the bound",
+                           EFBIG);
+  }
+  if (budget_.min_free_bytes && budget_.used - budget_.free_checked_at >= kFreeCheckEvery)
+    return check_free_space(rootfd_, budget_);
   return Status();
 }
 
@@ -282,6 +334,10 @@ Status apply_layer(int rootfd, int layer_fd, UnpackBudget& budget, UnpackStats* 
   int opened = gzip ? archive_read_open(a.get(), gzip.get(), nullptr, read_gzip, nullptr)
                : archive_read_open_fd(a.get(), layer_fd, 1 << 20);
   if (opened != ARCHIVE_OK) return archive_error(a.get(), "open");
+  struct stat st;
+  budget.layer_compressed = ::fstat(layer_fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  budget.layer_used = 0;
+  if (budget.min_free_bytes) SLIPWAY_TRY(check_free_space(rootfd, budget));
   LayerWriter writer(rootfd, budget, stats ? *stats : local);
   for (;;) {
     archive_entry* e = nullptr;

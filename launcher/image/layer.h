@@ -10,10 +10,16 @@
 
 namespace slipway::launcher {
 
-// Shared by the layers of one image: the decompression-bomb limit counts all of them.
+// Shared by the layers of one image: the bounds a site sets (ImportOptions), and what they count.
 struct UnpackBudget {
-  uint64_t max_bytes = 64ull << 30;
+  uint64_t max_bytes = 64ull << 30;  // all layers together (max_image_size=)
+  double max_ratio = 0;              // one layer: at most this many times its compressed size,
+                                     // counted from 1 MiB up (max_layer_ratio=); 0: no bound
+  uint64_t min_free_bytes = 0;       // keep this much free on the target's filesystem, checked
+                                     // before each layer and every 64 MiB (min_free_space=)
   uint64_t used = 0;  // file data plus 512 bytes per entry (metadata bombs count too)
+  // The layer being applied (set by apply_layer).
+  uint64_t layer_compressed = 0, layer_used = 0, free_checked_at = 0;
 };
 
 struct UnpackStats {
@@ -32,8 +38,9 @@ struct UnpackStats {
 //   - setuid/setgid bits are dropped, owner bits forced to u+rw (files) and u+rwx (directories)
 //     so the unprivileged owner can read, update and remove the tree; ownership is not kept;
 //   - character/block devices and sockets are skipped, FIFOs created; xattrs are not kept;
-//   - the data of an entry may not exceed its header's size, and the total may not exceed
-//     BUDGET.max_bytes.
+//   - the data of an entry may not exceed its header's size, the total may not exceed
+//     BUDGET.max_bytes, a layer may not inflate past BUDGET.max_ratio, and the filesystem must keep
+//     BUDGET.min_free_bytes free.
 // On failure the tree is left partly written: callers unpack into a private directory.
 Status apply_layer(int rootfd, int layer_fd, UnpackBudget& budget, UnpackStats* stats = nullptr);
 

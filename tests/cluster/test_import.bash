@@ -456,3 +456,32 @@ test_import_to_a_squashfs_file_for_a_shared_filesystem() {
     assert_failure
     assert_output_contains "slipway: import: --squashfs='$WORK/shared/' is a directory"
 }
+
+# Bounds a site sets (issue 16): max_image_size= in plugstack.conf fails the step's import with a
+# line naming the bound; SLIPWAY_MAX_IMAGE_SIZE does the same for `slipway import`, and a malformed
+# bound is refused, never ignored. Nothing is published.
+test_site_bounds_on_imports() {
+    require_slipway_bin
+    local registries="insecure_registries=$SANDBOX_NET.1:5000,$SANDBOX_NET.1:5001,$SANDBOX_NET.1:5002"
+    mkdir -p "$WORK/bounds-cache" && chown slwuser "$WORK/bounds-cache"
+    run_job env SLIPWAY_INSECURE_REGISTRIES="$SANDBOX_NET.1:5000" SLIPWAY_CACHE_DIR="$WORK/bounds-cache" \
+        SLIPWAY_MAX_IMAGE_SIZE=100K "$SLIPWAY_BIN" import "$DEBIAN_PYTHON"
+    assert_failure
+    assert_output_contains "the image unpacks to more than 100.0 KiB (max_image_size=, SLIPWAY_MAX_IMAGE_SIZE)"
+    assert_equal "" "$(ls "$WORK/bounds-cache/images")" "images published over the bound"
+    run_job env SLIPWAY_MAX_LAYER_RATIO=lots "$SLIPWAY_BIN" import "$BUSYBOX"
+    assert_failure 2
+    assert_output_contains "SLIPWAY_MAX_LAYER_RATIO: max_layer_ratio='lots' is not a ratio"
+    clear_caches
+    SLIPWAY_PLUGIN_ARGS="$registries max_image_size=100K" "$SANDBOX" up >/dev/null 2>&1 \
+        || fail "sandbox up with max_image_size=100K"
+    trap '"$SANDBOX" up >/dev/null 2>&1 || echo "# could not restore the sandbox" >&2' EXIT
+    run_job srun -N1 -K --container-image="$DEBIAN_PYTHON" true
+    assert_failure
+    assert_output_contains "failed to import docker image '$DEBIAN_PYTHON'"
+    assert_output_contains "(max_image_size=, SLIPWAY_MAX_IMAGE_SIZE)"
+    SLIPWAY_PLUGIN_ARGS="$registries" "$SANDBOX" up >/dev/null 2>&1 || fail "could not restore the sandbox"
+    trap - EXIT
+    run_job srun -N1 -K --container-image="$DEBIAN_PYTHON" true
+    assert_success
+}

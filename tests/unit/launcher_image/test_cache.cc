@@ -9,6 +9,7 @@
 #include <string>
 
 #include "image/cache.h"
+#include "image/import.h"
 #include "image_test_util.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
 #include "check_main.h"
@@ -134,6 +135,23 @@ START_TEST(sizes) {
 }
 END_TEST
 
+START_TEST(import_bounds) {
+  ImportBounds b;
+  ck_assert_uint_eq(b.max_image_bytes, 64ull << 30);
+  ck_assert(b.max_layer_ratio == 1000 && b.min_free_bytes == 0);
+  ck_assert(parse_import_bound(b, "max_image_size", "10G").ok() && b.max_image_bytes == 10ull << 30);
+  ck_assert(parse_import_bound(b, "min_free_space", "512M").ok() && b.min_free_bytes == 512ull << 20);
+  ck_assert(parse_import_bound(b, "max_layer_ratio", "250").ok() && b.max_layer_ratio == 250);
+  ck_assert(parse_import_bound(b, "max_layer_ratio", "0").ok() && b.max_layer_ratio == 0);
+  Status st = parse_import_bound(b, "max_image_size", "lots");
+  ASSERT_SAME_STR(st.message(), "max_image_size='lots' is not a size (like 64G or 500M)");
+  ck_assert(!parse_import_bound(b, "max_image_size", "0").ok());
+  ck_assert(!parse_import_bound(b, "max_layer_ratio", "-3").ok());
+  ck_assert(!parse_import_bound(b, "max_layer_ratio", "x").ok());
+  ck_assert(!parse_import_bound(b, "max_layers", "3").ok());
+}
+END_TEST
+
 // An image whose rootfs is 1,500 levels deep (and a dead import's leftover as deep): sized,
 // listed, swept and removed with at most 64 descriptors (sizes used one descriptor pair per
 // level, and undercounted silently past the limit; removal failed with EMFILE).
@@ -179,6 +197,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, cache_must_be_ours);
   tcase_add_test(tc, find_image_by_digest_prefix_or_name);
   tcase_add_test(tc, sizes);
+  tcase_add_test(tc, import_bounds);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -142,7 +142,7 @@ START_TEST(corrupt_squashfs_and_bombs_publish_nothing) {
   run("mkdir -p " + work + "/bomb && head -c 83886080 /dev/zero >" + work + "/bomb/zeros");
   run("mksquashfs " + work + "/bomb " + work + "/bomb.sqsh -noappend -quiet >/dev/null");
   ImportOptions small = options(sb);
-  small.max_unpacked_bytes = 1 << 20;
+  small.bounds.max_image_bytes = 1 << 20;
   auto bomb = import_image(*parse_image_ref(work + "/bomb.sqsh"), small);
   ck_assert(!bomb.ok());
   ck_assert_msg(bomb.status().message().find("unpack limit") != std::string::npos, "%s",

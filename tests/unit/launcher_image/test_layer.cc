@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,6 +25,13 @@ static Status unpack(const Sandbox& sb, const std::string& tar, uint64_t max = 1
   int fd = memfd_with(tar);
   UnpackBudget budget{max, 0};
   Status st = apply_layer(sb.rootfd, fd, budget, stats);
+  close(fd);
+  return st;
+}
+
+static Status unpack_with(const Sandbox& sb, const std::string& tar, UnpackBudget& budget) {
+  int fd = memfd_with(tar);
+  Status st = apply_layer(sb.rootfd, fd, budget);
   close(fd);
   return st;
 }
@@ -291,6 +299,29 @@ START_TEST(deep_tree_whiteout_with_few_descriptors) {
 }
 END_TEST
 
+// A site's bounds: a layer inflating past max_layer_ratio (4 MiB of zeros in a few KiB of gzip,
+// with ratio 2 allowing 2 MiB), and a filesystem with less free than min_free_space.
+START_TEST(layer_ratio_and_free_space_bounds) {
+  Sandbox sb;
+  std::string gz = TarBuilder(TarBuilder::Compression::kGzip)
+                       .file("zeros", std::string(4 << 20, '\0')).finish();
+  int fd = memfd_with(gz);
+  UnpackBudget ratio;
+  ratio.max_ratio = 2;
+  ASSERT_FAILS_WITH(apply_layer(sb.rootfd, fd, ratio), "unpack to more than 2.0 MiB (max_layer_ratio=2, SLIPWAY_MAX_LAYER_RATIO)");
+  close(fd);
+  UnpackBudget none;  // ratio 0: no bound
+  ASSERT_OK(unpack_with(sb, gz, none));
+  struct statvfs vfs;
+  ck_assert_int_eq(statvfs(sb.root.c_str(), &vfs), 0);
+  UnpackBudget full;
+  full.min_free_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize + 1;  // more than the disk
+  ASSERT_FAILS_WITH(unpack_with(sb, TarBuilder().file("x", "x").finish(), full),
+                    " it must keep (min_free_space=, SLIPWAY_MIN_FREE_SPACE)");
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("layer");
   TCase* tc = tcase_create("unpack");
@@ -312,6 +343,7 @@ Suite* make_suite(void) {
   tcase_add_test(h, entry_larger_than_declared_rejected);
   tcase_add_test(h, truncated_layer_rejected);
   tcase_add_test(h, decompression_bomb_rejected);
+  tcase_add_test(h, layer_ratio_and_free_space_bounds);
   tcase_add_test(h, garbage_layer_rejected);
   suite_add_tcase(s, h);
   return s;

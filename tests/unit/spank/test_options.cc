@@ -5,9 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "check_main.h"
 #include "config.h"
 #include "options/job_options.h"
+// check.h defines macros (fail) that break later standard headers: include it last.
+#include "check_main.h"
 
 using namespace slipway::spank;
 using namespace slipway::launcher;
