@@ -22,6 +22,19 @@ echo
 echo "\$ ${job[*]}"
 "$sandbox" exec -- "${job[@]}"
 
+# PyTorch (libtrain.torch) is not the demo: the torch image (Debian's PyTorch, 1 GB) takes 3 to 8
+# minutes to build the first time, which would take the quickstart past 10 minutes.
+cat <<EOT
+
+PyTorch on libtrain (README.md, "Training with PyTorch"): build the torch image once (a few
+minutes), then run a Horovod-style script, or a DDP one on the "libtrain" backend:
+  $sandbox images torch
+  $sandbox exec -- srun --mpi=pmix -N4 -n8 --container-image=\$($sandbox image torch) \\
+      python3 /usr/share/libtrain/examples/torch_hvd.py --epochs 2
+  $sandbox exec -- srun -N4 -n8 --container-image=\$($sandbox image torch) \\
+      python3 /usr/share/libtrain/examples/torch_ddp.py --backend libtrain
+EOT
+
 cat <<EOT
 
 The sandbox is still up. Try, as the job user:
