@@ -19,9 +19,17 @@ namespace {
 
 NodeCache user_cache() { return NodeCache(env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()))); }
 
-bool cache_exists(const NodeCache& cache) {
+// Whether there is a cache to read: false when it does not exist yet (nothing was imported), an
+// error when it exists but is not this user's or cannot be read (never an empty listing then).
+Result<bool> cache_exists(const NodeCache& cache) {
   struct stat st;
-  return stat((cache.root() + "/images").c_str(), &st) == 0;
+  if (stat(cache.root().c_str(), &st) == -1 && errno == ENOENT) return false;
+  SLIPWAY_TRY(cache.check_trusted());
+  const std::string images = cache.root() + "/images";
+  if (stat(images.c_str(), &st) == -1 && errno == ENOENT) return false;
+  if (access(images.c_str(), R_OK | X_OK) == -1)
+    return Status::from_errno("cannot read the cache " + cache.root(), errno);
+  return true;
 }
 
 // 1023 B, 1.0 KiB, 20.5 MiB, 3.2 GiB.
@@ -56,10 +64,11 @@ std::string canonical(const std::string& text) {
 int cmd_images(std::vector<std::string>& args) {
   if (!args.empty()) return fail("usage: slipway images"), 2;
   NodeCache cache = user_cache();
-  printf("%-19s  %10s  %-16s  %-6s  %s\n", "DIGEST", "SIZE", "LAST USE", "IN USE", "IMAGE");
-  if (!cache_exists(cache)) return 0;
-  auto images = list_images(cache);
+  auto exists = cache_exists(cache);
+  if (!exists.ok()) return fail(exists.status().message());
+  auto images = *exists ? list_images(cache) : std::vector<CachedImage>{};
   if (!images.ok()) return fail(images.status().message());
+  printf("%-19s  %10s  %-16s  %-6s  %s\n", "DIGEST", "SIZE", "LAST USE", "IN USE", "IMAGE");
   for (auto it = images->rbegin(); it != images->rend(); ++it)  // most recently used first
     printf("%-19s  %10s  %-16s  %-6s  %s\n", it->manifest_digest.substr(0, 19).c_str(),
            human(it->bytes).c_str(), local_time(it->last_use).c_str(), it->in_use ? "yes" : "no",
@@ -74,6 +83,7 @@ constexpr const char* kBlobsDeferred =
 int cmd_rm(std::vector<std::string>& args) {
   if (args.empty()) return fail("usage: slipway rm IMAGE..."), 2;
   NodeCache cache = user_cache();
+  if (auto exists = cache_exists(cache); !exists.ok()) return fail("rm: " + exists.status().message());
   int rc = 0;
   bool deferred = false;
   for (const auto& text : args) {
@@ -92,6 +102,7 @@ int cmd_rm(std::vector<std::string>& args) {
 // slipway check [IMAGE...]: every image (or those named) is whole; one line each, exit 1 if not.
 int cmd_check(std::vector<std::string>& args) {
   NodeCache cache = user_cache();
+  if (auto exists = cache_exists(cache); !exists.ok()) return fail("check: " + exists.status().message());
   std::vector<std::string> digests;
   if (args.empty()) {
     auto images = list_images(cache);
@@ -123,7 +134,9 @@ int cmd_gc(std::vector<std::string>& args) {
   auto bytes = parse_size(keep);
   if (!bytes.ok()) return fail("gc: " + bytes.status().message()), 2;
   NodeCache cache = user_cache();
-  if (!cache_exists(cache)) return printf("nothing cached in %s\n", cache.root().c_str()), 0;
+  auto exists = cache_exists(cache);
+  if (!exists.ok()) return fail("gc: " + exists.status().message());
+  if (!*exists) return printf("nothing cached in %s\n", cache.root().c_str()), 0;
   auto r = gc_images(cache, *bytes);
   if (!r.ok()) return fail("gc: " + r.status().message());
   printf("removed %d image%s (%s), kept %s%s\n", r->removed, r->removed == 1 ? "" : "s",

@@ -37,8 +37,12 @@ Status check_owned(const std::string& path) {
 
 std::string default_cache_dir(uid_t uid) { return "/var/tmp/slipway-" + std::to_string(uid); }
 
-bool NodeCache::is_trusted() const {
-  return !root_.empty() && root_.front() == '/' && check_owned(root_).ok();
+bool NodeCache::is_trusted() const { return check_trusted().ok(); }
+
+Status NodeCache::check_trusted() const {
+  if (root_.empty() || root_.front() != '/')
+    return Status::error("cache directory '" + root_ + "' is not an absolute path", EINVAL);
+  return check_owned(root_);
 }
 
 Status NodeCache::ensure_layout() const {

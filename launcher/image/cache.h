@@ -36,6 +36,9 @@ class NodeCache {
   // Whether the cache exists and is safe to read (ours, not writable by others), creating nothing:
   // the launch-from-cache path checks this instead of ensure_layout().
   bool is_trusted() const;
+  // Why the cache may not be read (absolute path, a directory ours, not writable by others); ok
+  // when it may. `slipway images`, `rm`, `gc` and `check` say this rather than list nothing.
+  Status check_trusted() const;
 
   const std::string& root() const { return root_; }
   std::string blob_path(std::string_view digest) const;

@@ -485,3 +485,20 @@ test_site_bounds_on_imports() {
     run_job srun -N1 -K --container-image="$DEBIAN_PYTHON" true
     assert_success
 }
+
+# `slipway images`, `gc`, `check` and `rm` on a cache the user cannot read fail and say why (they
+# used to list nothing and exit 0); a cache that does not exist yet is an empty listing.
+test_cache_commands_on_a_cache_that_is_not_yours() {
+    require_slipway_bin
+    install -d -m 0700 -o root "$WORK/roots-cache"
+    local cmd
+    for cmd in images "gc --keep 0" check "rm $BUSYBOX"; do
+        # shellcheck disable=SC2086 # the command's words
+        run_job env SLIPWAY_CACHE_DIR="$WORK/roots-cache" "$SLIPWAY_BIN" $cmd
+        assert_failure 1
+        assert_output_contains "cache directory $WORK/roots-cache belongs to uid 0, not to you"
+    done
+    run_job env SLIPWAY_CACHE_DIR="$WORK/not-made-yet" "$SLIPWAY_BIN" images
+    assert_success
+    assert_line_count 1
+}
