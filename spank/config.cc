@@ -59,6 +59,22 @@ constexpr std::array kConfigKeys = {
                 c.registry_mirrors = std::move(*m);
                 return Status();
               }},
+    ConfigKey{"registry_min_rate", "abandon (then retry) a registry transfer averaging less than "
+                                   "this per second over 30 s, e.g. 1M (default 1K; 0: never)",
+              [](PluginConfig& c, std::string_view v) {
+                launcher::RegistryOptions r;
+                SLIPWAY_TRY(launcher::parse_registry_limit(r, "registry_min_rate", v));
+                c.registry_min_rate = r.min_rate_bytes;
+                return Status();
+              }},
+    ConfigKey{"registry_timeout", "abandon (then retry) a registry transfer lasting longer than "
+                                  "this many seconds (default 0: no deadline)",
+              [](PluginConfig& c, std::string_view v) {
+                launcher::RegistryOptions r;
+                SLIPWAY_TRY(launcher::parse_registry_limit(r, "registry_timeout", v));
+                c.registry_timeout_s = r.transfer_timeout_s;
+                return Status();
+              }},
     ConfigKey{"max_image_size", "largest unpacked image imported, e.g. 64G (the default)",
               [](PluginConfig& c, std::string_view v) {
                 return launcher::parse_import_bound(c.import_bounds, "max_image_size", v);

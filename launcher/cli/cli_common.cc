@@ -41,6 +41,15 @@ ImportOptions import_options() {
     fail("SLIPWAY_REGISTRY_MIRRORS: " + m.status().message());
     exit(2);
   }
+  for (const auto& [var, key] : {std::pair{"SLIPWAY_REGISTRY_MIN_RATE", "registry_min_rate"},
+                                 std::pair{"SLIPWAY_REGISTRY_TIMEOUT", "registry_timeout"}}) {
+    std::string value = env_or(var, "");
+    if (value.empty()) continue;
+    if (Status st = parse_registry_limit(o.registry, key, value); !st.ok()) {
+      fail(std::string(var) + ": " + st.message());
+      exit(2);
+    }
+  }
   for (const auto& [var, key] : {std::pair{"SLIPWAY_MAX_IMAGE_SIZE", "max_image_size"},
                                  std::pair{"SLIPWAY_MAX_LAYER_RATIO", "max_layer_ratio"},
                                  std::pair{"SLIPWAY_MIN_FREE_SPACE", "min_free_space"}}) {

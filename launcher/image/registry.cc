@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "image/cache.h"
 #include "image/digest.h"
 #include "image/http.h"
 #include "image/registry_auth.h"
@@ -59,6 +61,9 @@ RegistryClient::RegistryClient(ImageRef ref, RegistryOptions opts)
   HttpOptions h;
   h.ca_file = opts_.ca_file;
   h.connect_timeout_s = opts_.connect_timeout_s;
+  h.min_rate_bytes = opts_.min_rate_bytes;
+  h.low_speed_time_s = opts_.min_rate_window_s;
+  h.transfer_timeout_s = opts_.transfer_timeout_s;
   http_ = std::make_unique<HttpClient>(std::move(h));
 }
 
@@ -72,6 +77,27 @@ void RegistryClient::share_auth_from(const RegistryClient& o) {
   creds_user_ = o.creds_user_;
   creds_password_ = o.creds_password_;
   creds_status_ = o.creds_status_;
+}
+
+Status parse_registry_limit(RegistryOptions& opts, std::string_view key, std::string_view value) {
+  const std::string v(value);
+  auto bad = [&](const char* what) {
+    return Status::error(std::string(key) + "='" + v + "' is not " + what, EINVAL);
+  };
+  if (key == "registry_min_rate") {
+    auto bytes = parse_size(value);
+    if (!bytes.ok() || *bytes > (uint64_t{1} << 40)) return bad("a rate in bytes per second (like 1M or 64K; 0: none)");
+    opts.min_rate_bytes = static_cast<long>(*bytes);
+    return Status();
+  }
+  if (key == "registry_timeout") {
+    char* end = nullptr;
+    long secs = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || secs < 0 || secs > 7 * 86400) return bad("a number of seconds (0: none)");
+    opts.transfer_timeout_s = secs;
+    return Status();
+  }
+  return Status::error("unknown registry limit '" + std::string(key) + "'", EINVAL);
 }
 
 Result<std::map<std::string, std::string>> parse_registry_mirrors(std::string_view text) {
@@ -132,7 +158,19 @@ std::string RegistryClient::base_url() const {
   return (http ? "http://" : "https://") + ref_.registry + "/v2/" + ref_.repository;
 }
 
-Status RegistryClient::transport_error(const Status& why, TransportError kind) const {
+Status RegistryClient::transport_error(const Status& why, TransportError kind,
+                                       const std::string& path) const {
+  if (kind == TransportError::kTimeout) {
+    // PATH is "/blobs/sha256:..." or "/manifests/TAG": name what was slow as the user knows it.
+    const std::string what = path.rfind("/blobs/", 0) == 0 ? "blob " + path.substr(7)
+                                                           : "the manifest of '" + ref_.str() + "'";
+    return Status::error("registry " + ref_.registry + " sent " + what + " too slowly (" +
+                             why.message() + "; registry_min_rate=" + std::to_string(opts_.min_rate_bytes) +
+                             " bytes/s over " + std::to_string(opts_.min_rate_window_s) +
+                             " s, registry_timeout=" + std::to_string(opts_.transfer_timeout_s) +
+                             " s); retry later, use a mirror, or change those limits",
+                         ETIMEDOUT);
+  }
   if (kind == TransportError::kTls)
     return Status::error("TLS connection to registry " + ref_.registry + " failed: " +
                              why.message() + "; if the registry's certificate comes from a "
@@ -196,7 +234,7 @@ Result<HttpResponse> RegistryClient::get(const std::string& path,
         std::this_thread::sleep_for(backoff(attempt, ""));
         continue;
       }
-      return transport_error(resp.status(), kind);
+      return transport_error(resp.status(), kind, path);
     }
     if (resp->status == 401 && !authed_here) {
       authed_here = true;
@@ -248,7 +286,7 @@ Status RegistryClient::fetch_token(const AuthChallenge& c) {
   HttpRequest req{url, {}, creds_user_, creds_password_};
   TransportError kind;
   auto resp = http_->perform(req, nullptr, &kind, 1 << 20);
-  if (!resp.ok()) return transport_error(resp.status(), kind).context("token server");
+  if (!resp.ok()) return transport_error(resp.status(), kind, "/token").context("token server");
   if (resp->status != 200) return http_error(resp->status == 403 ? 401 : resp->status, "token for");
   auto j = nlohmann::json::parse(resp->body, nullptr, false);
   std::string token;

@@ -29,8 +29,18 @@ struct RegistryOptions {
   std::string ca_file;          // extra CA bundle (in addition to the system store)
   std::string credentials_file; // netrc-style: "machine HOST login USER password PASS"
   long connect_timeout_s = 10;
+  // A transfer (manifest or blob) averaging less than min_rate_bytes/s over min_rate_window_s
+  // (registry_min_rate=), or lasting more than transfer_timeout_s (registry_timeout=; 0: no
+  // deadline), is abandoned and retried; the last failure names the registry and the blob.
+  long min_rate_bytes = 1024;
+  long min_rate_window_s = 30;
+  long transfer_timeout_s = 0;
   int max_retries = 4;
 };
+
+// registry_min_rate= (a size per second: 1M, 64K, 0 for none) and registry_timeout= (seconds, 0
+// for none), as the plugin and SLIPWAY_REGISTRY_MIN_RATE / SLIPWAY_REGISTRY_TIMEOUT take them.
+Status parse_registry_limit(RegistryOptions& opts, std::string_view key, std::string_view value);
 
 // REGISTRY=MIRROR[,REGISTRY=MIRROR...], each a host[:port] (docker.io means Docker Hub), as the
 // plugin's registry_mirrors= and SLIPWAY_REGISTRY_MIRRORS take it. The error names the entry.
@@ -89,7 +99,7 @@ class RegistryClient {
   Status authenticate(const HttpResponse& challenge);
   Status fetch_token(const AuthChallenge& c);
   Status http_error(long status, const std::string& what) const;
-  Status transport_error(const Status& why, TransportError kind) const;
+  Status transport_error(const Status& why, TransportError kind, const std::string& path) const;
   std::string base_url() const;
 
   ImageRef ref_;

@@ -97,6 +97,7 @@ static const char* kFlakyServer = R"PY(
 import os, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 root = sys.argv[1]
+import time
 seen, lock = {}, threading.Lock()
 class Handler(BaseHTTPRequestHandler):
     def reply(self, code, body=b"", ctype="application/octet-stream"):
@@ -116,7 +117,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v2/":
             return self.reply(200)
         manifest = "/manifests/" in self.path
-        if n == 0 or self.path.startswith("/v2/busy/"):
+        slow = self.path.startswith("/v2/slow/")
+        if (n == 0 and not slow) or self.path.startswith("/v2/busy/"):
             return self.reply(429 if manifest else 503)
         if manifest:
             body = open(os.path.join(root, "manifest.json"), "rb").read()
@@ -124,7 +126,19 @@ class Handler(BaseHTTPRequestHandler):
         name = os.path.join(root, "blobs", self.path.rsplit("/", 1)[1])
         if not os.path.exists(name):
             return self.reply(404)
-        self.reply(200, open(name, "rb").read())
+        body = open(name, "rb").read()
+        if not slow:
+            return self.reply(200, body)
+        self.send_response(200)  # /v2/slow/: blobs trickle at 256 bytes/s
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            for i in range(0, len(body), 64):
+                self.wfile.write(body[i:i + 64])
+                self.wfile.flush()
+                time.sleep(0.25)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
     def log_message(self, *args):
         pass
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -209,12 +223,60 @@ START_TEST(retries_on_429_and_503) {
 }
 END_TEST
 
+// A registry that trickles a blob (256 bytes/s): registry_min_rate= abandons it and the error names
+// the registry and the blob; registry_timeout= does the same by deadline. Nothing is published.
+START_TEST(slow_registry_times_out_with_the_blob_named) {
+  Sandbox sb;
+  std::string dir = sb.base + "-slow";
+  mkdir(dir.c_str(), 0700);
+  {
+    FlakyServer srv(dir);
+    ck_assert_msg(srv.port > 0, "the python3 test server did not start");
+    std::string noise;  // ~10 KB once compressed: 40 s at the server's 256 bytes/s
+    while (noise.size() < 20000) noise += random_suffix();
+    std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("big", noise).finish();
+    for (const auto& b : {std::string(kConfig), layer}) srv.add_blob(b);
+    write_text(dir + "/manifest.json",
+               R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",)"
+               R"("config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" +
+                   sha256_digest(kConfig) + R"(","size":)" + std::to_string(strlen(kConfig)) +
+                   R"(},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":")" +
+                   sha256_digest(layer) + R"(","size":)" + std::to_string(layer.size()) + "}]}");
+    for (const char* limit : {"registry_min_rate", "registry_timeout"}) {
+      ImportOptions o;
+      o.cache_dir = sb.root + "/cache";
+      o.registry.insecure_registries = {srv.host()};
+      o.registry.max_retries = 0;
+      o.registry.min_rate_window_s = 1;
+      ck_assert(parse_registry_limit(o.registry, "registry_min_rate",
+                                     std::string(limit) == "registry_min_rate" ? "4K" : "0").ok());
+      if (std::string(limit) == "registry_timeout")
+        ck_assert(parse_registry_limit(o.registry, "registry_timeout", "2").ok());
+      auto start = std::chrono::steady_clock::now();
+      auto img = import_image(*parse_image_ref(srv.host() + "/slow/img:v1"), o);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ck_assert(!img.ok());
+      ASSERT_CONTAINS(img.status().message(), "registry " + srv.host() + " sent blob " +
+                                                  sha256_digest(layer) + " too slowly (");
+      ASSERT_CONTAINS(img.status().message(), "retry later, use a mirror, or change those limits");
+      ck_assert_msg(secs < 20, "%s took %.1f s", limit, secs);  // the whole blob takes ~40 s
+      ck_assert_int_eq(count_entries(o.cache_dir + "/images"), 0);
+    }
+    RegistryOptions r;
+    ck_assert(!parse_registry_limit(r, "registry_timeout", "soon").ok());
+    ck_assert(!parse_registry_limit(r, "registry_min_rate", "fast").ok());
+  }
+  remove_all(dir);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("transport");
   TCase* tc = tcase_create("transport");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, tls_with_private_ca);
   tcase_add_test(tc, retries_on_429_and_503);
+  tcase_add_test(tc, slow_registry_times_out_with_the_blob_named);
   suite_add_tcase(s, tc);
   return s;
 }
