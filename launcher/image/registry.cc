@@ -288,13 +288,7 @@ Status RegistryClient::fetch_token(const AuthChallenge& c) {
   auto resp = http_->perform(req, nullptr, &kind, 1 << 20);
   if (!resp.ok()) return transport_error(resp.status(), kind, "/token").context("token server");
   if (resp->status != 200) return http_error(resp->status == 403 ? 401 : resp->status, "token for");
-  auto j = nlohmann::json::parse(resp->body, nullptr, false);
-  std::string token;
-  if (j.is_object()) {
-    for (const char* key : {"token", "access_token"})
-      if (auto it = j.find(key); it != j.end() && it->is_string() && token.empty())
-        token = it->get<std::string>();
-  }
+  std::string token = parse_token_answer(resp->body);
   if (token.empty())
     return Status::error("token server of registry " + ref_.registry + " sent no token", EPROTO);
   auth_header_ = "Authorization: Bearer " + token;

@@ -1,12 +1,26 @@
-// WWW-Authenticate parsing and the credentials file (see registry_auth.h).
+// WWW-Authenticate parsing, token answers and the credentials file (see registry_auth.h).
 #include "image/registry_auth.h"
 
 
 #include <cctype>
 
+#include <nlohmann/json.hpp>
+
 #include "common/file_util.h"
 
 namespace slipway::launcher {
+
+std::string parse_token_answer(std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  std::string token;
+  if (j.is_object()) {
+    for (const char* key : {"token", "access_token"})
+      if (auto it = j.find(key); it != j.end() && it->is_string() && token.empty())
+        token = it->get<std::string>();
+  }
+  return token;
+}
+
 namespace {
 
 std::string lower(std::string_view s) {

@@ -1,6 +1,7 @@
 // Registry authentication pieces that need no network: the WWW-Authenticate challenge parser
-// (RFC 7235 auth-params, as registries send them) and the netrc-style credentials file
-// ("machine HOST login USER password PASS", one or more per file, whitespace separated).
+// (RFC 7235 auth-params, as registries send them), the token server's JSON answer, and the
+// netrc-style credentials file ("machine HOST login USER password PASS", one or more per file,
+// whitespace separated). Pure functions over hostile bytes: fuzzed by tests/fuzz.
 #pragma once
 
 #include <map>
@@ -17,6 +18,10 @@ struct AuthChallenge {
 };
 
 Result<AuthChallenge> parse_www_authenticate(std::string_view header);
+
+// The bearer token in a token server's JSON answer ("token", else "access_token"); "" when it
+// holds none (not JSON, not an object, no string under either name).
+std::string parse_token_answer(std::string_view body);
 
 struct Credentials {
   std::string login, password;
