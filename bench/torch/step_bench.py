@@ -1,0 +1,204 @@
+# Per-rank body of bench/torch: times the training steps of one model (a 25 M-parameter MLP or
+# ResNet-18) under each data-parallel mode asked for (DDP on Gloo, DDP on the "libtrain" backend,
+# libtrain.torch's DistributedOptimizer) and the same rank's compute-only steps, all in one
+# process, interleaved block by block so that the shared machine's load hits every mode alike;
+# writes one JSON record per rank (--out PATH, %r = rank). Run by bench/torch/run.bash under srun.
+import argparse
+import copy
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODES = ("gloo", "libtrain", "hvd")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description="one rank of bench/torch (see README.md)")
+    p.add_argument("--model", choices=("mlp", "resnet18"), required=True)
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
+    p.add_argument("--batch", type=int, default=0, help="per-rank batch (default: 8 mlp, 16 resnet18)")
+    p.add_argument("--image-size", type=int, default=32, help="resnet18 input is 3 x S x S")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps of every mode first")
+    p.add_argument("--blocks", type=int, default=4, help="blocks; each runs every mode in turn")
+    p.add_argument("--block-steps", type=int, default=4, help="timed steps per mode and block")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--comm-only", action="store_true",
+                   help="also time, in every block, allreduces of the gradients' size alone (no compute) "
+                        "in 25 MB pieces on each DDP mode's group: the wire time without CPU contention")
+    p.add_argument("--tag", default="", help="copied into the record")
+    p.add_argument("--out", default="", help="the record's file, %%r replaced by the rank (default: stdout)")
+    args = p.parse_args()
+    args.modes = [m for m in args.modes.split(",") if m]
+    if not args.modes or any(m not in MODES for m in args.modes):
+        p.error(f"--modes: each of {', '.join(MODES)}")
+    if not args.batch:
+        args.batch = 8 if args.model == "mlp" else 16
+    return args
+
+
+def make_model(args):
+    if args.model == "mlp":
+        # 1024 -> 4096 -> 4096 -> 1024 -> 10: 25.2 M parameters, 101 MB of fp32 gradients.
+        return nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                             nn.Linear(4096, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    import torchvision
+    return torchvision.models.resnet18(num_classes=10)  # 11.2 M parameters
+
+
+def make_batch(args, rank):
+    g = torch.Generator().manual_seed(1000 + rank)  # each rank its own synthetic shard
+    if args.model == "mlp":
+        x = torch.randn(args.batch, 1024, generator=g)
+    else:
+        x = torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g)
+    return x, torch.randint(0, 10, (args.batch,), generator=g)
+
+
+def make_optimizer(params):
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+def run_steps(net, opt, x, y, n, times, phases, cpu):
+    """n training steps; appends each one's duration to `times`, its (forward, backward,
+    optimizer step) durations to `phases` (where DDP waits in backward, the
+    DistributedOptimizer in step()), and the CPU time all of this process's threads used to `cpu`
+    (communication threads, spinning waiters and copies included)."""
+    for _ in range(n):
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        opt.zero_grad()  # 1.13: zeroes in place (set_to_none=False), as most scripts do
+        loss = F.cross_entropy(net(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        times.append(t3 - t0)
+        phases.append((t1 - t0, t2 - t1, t3 - t2))
+        cpu.append(time.process_time() - c0)
+
+
+def blas_library():
+    """The BLAS this process loaded (Debian's python3-torch takes whichever libblas.so.3 the
+    alternatives point at: the reference BLAS unless an optimised one is installed)."""
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        if "blas" in os.path.basename(path):
+            return os.path.realpath(path)
+    return "none"
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(0)
+
+    # DDP's groups: Gloo is the default group (env://: the plugin's RANK, WORLD_SIZE, MASTER_ADDR,
+    # MASTER_PORT) and libtrain a second group over the same store, or the default when alone.
+    t0 = time.perf_counter()
+    groups = {}
+    ddp_modes = [m for m in args.modes if m != "hvd"]
+    if ddp_modes:
+        if "libtrain" in ddp_modes:
+            import libtrain.torch  # noqa: F401  registers the "libtrain" torch.distributed backend
+        dist.init_process_group(ddp_modes[0])
+        groups[ddp_modes[0]] = None  # the default group
+        for m in ddp_modes[1:]:
+            groups[m] = dist.new_group(backend=m)
+    if "hvd" in args.modes:
+        import libtrain.torch as hvd
+        hvd.init()  # PMIx under srun --mpi=pmix
+    t_init = time.perf_counter() - t0
+    if ddp_modes:
+        rank, size, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
+    else:
+        rank, size, barrier = hvd.rank(), hvd.size(), hvd.barrier
+
+    base = make_model(args)
+    nparams = sum(p.numel() for p in base.parameters())
+    x, y = make_batch(args, rank)
+    runs = {}  # mode -> (model, net, optimizer); "compute": the same model without communication
+    for mode in args.modes + ["compute"]:
+        model = copy.deepcopy(base)
+        if mode == "hvd":
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            opt = hvd.DistributedOptimizer(make_optimizer(model.parameters()),
+                                           named_parameters=model.named_parameters())
+            hvd.broadcast_optimizer_state(opt, root_rank=0)
+            net = model
+        elif mode == "compute":
+            net, opt = model, make_optimizer(model.parameters())
+        else:
+            net = nn.parallel.DistributedDataParallel(model, process_group=groups[mode])
+            opt = make_optimizer(net.parameters())
+        runs[mode] = (model, net, opt)
+
+    order = list(runs)
+    times = {m: [] for m in order}
+    phases = {m: [] for m in order}
+    cpu = {m: [] for m in order}
+    if args.comm_only:  # "allreduce-gloo" etc.: the gradients' bytes, in DDP's 25 MB pieces, nothing else
+        flat = torch.zeros(nparams)
+        pieces = list(torch.split(flat, (25 << 20) // 4))
+        for mode in ddp_modes:
+            order.append("allreduce-" + mode)
+            times[order[-1]], phases[order[-1]], cpu[order[-1]] = [], [], []
+
+    def run(mode, n, t, ph, c):
+        if mode.startswith("allreduce-"):
+            group = groups[mode[len("allreduce-"):]]
+            for _ in range(n):
+                t0, c0 = time.perf_counter(), time.process_time()
+                for piece in pieces:
+                    dist.all_reduce(piece, group=group)
+                t.append(time.perf_counter() - t0)
+                ph.append((0.0, t[-1], 0.0))
+                c.append(time.process_time() - c0)
+        else:
+            run_steps(runs[mode][1], runs[mode][2], x, y, n, t, ph, c)
+    for mode in order:  # warm-up: DDP rebuilds its buckets after the first step, hooks register...
+        barrier()
+        run(mode, args.warmup, [], [], [])
+    for b in range(args.blocks):
+        for k in range(len(order)):
+            mode = order[(k + b) % len(order)]  # the order turns every block
+            barrier()  # every rank starts the block together (compute-only steps included)
+            run(mode, args.block_steps, times[mode], phases[mode], cpu[mode])
+    barrier()
+
+    # Same weights on every rank, or the communication did not happen: summarize.py compares.
+    with torch.no_grad():
+        checksum = {m: float(sum(p.double().sum() for p in runs[m][0].parameters())) for m in args.modes}
+    rec = {"tag": args.tag, "model": args.model, "rank": rank, "size": size,
+           "host": socket.gethostname(), "threads": args.threads, "batch": args.batch,
+           "params": nparams, "init_s": t_init, "steps": times,
+           "phases_ms": {m: [round(1e3 * statistics.median(v), 1) for v in zip(*ph)] for m, ph in phases.items()},
+           "cpu_ms": {m: round(1e3 * statistics.median(v), 1) for m, v in cpu.items()},
+           "checksum": checksum, "torch": torch.__version__, "blas": blas_library()}
+    # A file per rank: srun forwards the ranks' stdout in chunks that can interleave mid-line.
+    if args.out:
+        path = args.out.replace("%r", str(rank))
+        with open(path + ".tmp", "w") as f:
+            json.dump(rec, f)
+        os.replace(path + ".tmp", path)
+    else:
+        print(json.dumps(rec), flush=True)
+    barrier()  # every rank has written before any leaves (a rank that dies at exit ends the step)
+
+    if ddp_modes:
+        dist.destroy_process_group()
+    if "hvd" in args.modes:
+        hvd.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

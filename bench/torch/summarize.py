@@ -1,0 +1,147 @@
+# Summarises a bench/torch run (run.bash --out DIR): per shape, model and mode the median step
+# time over rounds (and its range), the compute-only time, the exposed communication, and the
+# step-time ratios to DDP+Gloo of the same round; then the issue's targets. Re-runnable:
+#   python3 bench/torch/summarize.py DIR
+import glob
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+MODE_LABEL = {"gloo": "DDP+Gloo", "libtrain": "DDP+libtrain", "hvd": "libtrain.torch"}
+MODEL_LABEL = {"mlp": "MLP 25.2M", "resnet18": "ResNet-18"}
+TARGET = {"mlp": 1 / 1.5, "resnet18": 1.0}  # largest step-time ratio to DDP+Gloo that meets it
+
+
+def load(out):
+    """(round, shape, model) -> the per-rank records of that srun; and the sruns that failed."""
+    runs, failed = {}, []
+    for path in sorted(glob.glob(os.path.join(out, "raw", "r*.err"))):  # one per srun
+        r, shape, model = os.path.basename(path)[:-4].split(".")
+        recs = [json.load(open(p)) for p in glob.glob(f"{path[:-4]}.rank*.json")]
+        nodes, tasks = (int(v) for v in shape.split("x"))
+        if len(recs) != nodes * tasks:
+            failed.append(f"{r}.{shape}.{model}")
+            continue
+        runs[(int(r[1:]), shape, model)] = recs
+    return runs, failed
+
+
+def per_step_max(recs, mode):
+    """Median over the timed steps of the slowest rank's duration of that step: a synchronous
+    step lasts as long as its slowest rank (for the compute-only steps: what a step with free
+    communication would take)."""
+    return statistics.median(max(s) for s in zip(*(rec["steps"][mode] for rec in recs)))
+
+
+def main():
+    out = sys.argv[1]
+    runs, failed = load(out)
+    # (round, shape, model, mode) -> (step, compute, exposed) in seconds
+    fig = {}
+    diverged = []
+    for (r, shape, model), recs in runs.items():
+        compute = per_step_max(recs, "compute")
+        for mode in MODE_LABEL:
+            if mode in recs[0]["steps"]:
+                step = per_step_max(recs, mode)
+                fig[(r, shape, model, mode)] = (step, compute, step - compute)
+                if len({rec["checksum"][mode] for rec in recs}) != 1:
+                    diverged.append(f"r{r}.{shape}.{model}.{mode}")
+    shapes = sorted({k[1] for k in fig}, key=lambda s: (int(s.split("x")[0]) * int(s.split("x")[1]), s))
+    models = [m for m in MODEL_LABEL if any(k[2] == m for k in fig)]
+    modes = [m for m in MODE_LABEL if any(k[3] == m for k in fig)]
+    rounds = sorted({k[0] for k in fig})
+
+    recs = [rec for v in runs.values() for rec in v]
+    for key in ("torch", "blas", "threads"):
+        print(f"{key}: {', '.join(sorted({str(rec.get(key, '?')) for rec in recs}))}")
+    for model in models:
+        one = next(rec for rec in recs if rec["model"] == model)
+        nsteps = len(one["steps"]["compute"])
+        print(f"{model}: {one['params'] / 1e6:.1f} M parameters, batch {one['batch']} per rank, "
+              f"{nsteps} timed steps per mode and round")
+    print(f"\nrounds: {len(rounds)}; ms per step, median over rounds (range in brackets). compute = "
+          "compute-only step; exposed = step - compute; ratio = step / DDP+Gloo's step in the same "
+          "round, median over rounds (worst round in brackets); speed-up = 1 / ratio; bound = DDP+Gloo's "
+          "step / compute: the speed-up over DDP+Gloo of a mode whose communication cost nothing\n")
+    print("| model | shape | mode | step ms | compute ms | exposed comm ms | ratio to DDP+Gloo | speed-up | bound |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    verdicts = []
+    for model in models:
+        for shape in shapes:
+            for mode in modes:
+                mine = [(r, fig[(r, shape, model, mode)]) for r in rounds if (r, shape, model, mode) in fig]
+                if not mine:
+                    continue
+                step = [f[0] * 1e3 for _, f in mine]
+                comp = [f[1] * 1e3 for _, f in mine]
+                expo = [f[2] * 1e3 for _, f in mine]
+                ratios = [f[0] / fig[(r, shape, model, "gloo")][0] for r, f in mine
+                          if (r, shape, model, "gloo") in fig]
+                ratio_s = speed_s = bound_s = ""
+                if mode == "gloo":
+                    # The speed-up a mode whose communication cost nothing would reach.
+                    bound_s = f"{statistics.median(f[0] / f[1] for _, f in mine):.2f}x"
+                elif ratios:
+                    med, worst = statistics.median(ratios), max(ratios)
+                    ratio_s, speed_s = f"{med:.2f} ({worst:.2f})", f"{1 / med:.2f}x"
+                    verdicts.append((model, shape, mode, med, worst, med <= TARGET[model] + 1e-9))
+                print(f"| {MODEL_LABEL[model]} | {shape} | {MODE_LABEL[mode]} | {statistics.median(step):.0f} "
+                      f"({min(step):.0f}-{max(step):.0f}) | {statistics.median(comp):.0f} | "
+                      f"{statistics.median(expo):.0f} | {ratio_s} | {speed_s} | {bound_s} |")
+
+    alone = [(k, recs) for k, recs in sorted(runs.items()) if "allreduce-gloo" in recs[0]["steps"]]
+    if alone:
+        print("\nthe gradients' allreduce alone (no compute; 25 MB pieces), ms, median over rounds:")
+        for model in models:
+            for shape in shapes:
+                mine = [recs for (r, sh, m), recs in alone if sh == shape and m == model]
+                if not mine:
+                    continue
+                row = {mode: statistics.median(per_step_max(recs, "allreduce-" + mode) * 1e3 for recs in mine)
+                       for mode in ("gloo", "libtrain") if "allreduce-" + mode in mine[0][0]["steps"]}
+                extra = f" (Gloo / libtrain {row['gloo'] / row['libtrain']:.2f}x)" if len(row) == 2 else ""
+                print(f"  {MODEL_LABEL[model]} {shape}: " + ", ".join(f"{MODE_LABEL[k]} {v:.0f}" for k, v in row.items()) + extra)
+
+    if "cpu_ms" in recs[0]:
+        print("\nCPU time per step and rank (all the process's threads), ms, median over ranks and rounds:")
+        for model in models:
+            for shape in shapes:
+                mine = [rec for (r, sh, m), v in runs.items() if sh == shape and m == model for rec in v]
+                if mine:
+                    keys = [k for k in ["compute"] + modes + ["allreduce-gloo", "allreduce-libtrain"]
+                            if k in mine[0]["cpu_ms"]]
+                    print(f"  {MODEL_LABEL[model]} {shape}: " + ", ".join(
+                        f"{MODE_LABEL.get(k, k)} {statistics.median(rec['cpu_ms'][k] for rec in mine):.0f}" for k in keys))
+
+    print("\nmedian phase times per rank, ms (forward / backward / optimizer step), first round:")
+    for (r, shape, model), recs in sorted(runs.items()):
+        if r != rounds[0]:
+            continue
+        row = "; ".join(f"{m}: " + " / ".join(f"{statistics.median(rec['phases_ms'][m][i] for rec in recs):.0f}"
+                                                for i in range(3))
+                        for m in ["compute"] + modes if m in recs[0]["phases_ms"])
+        print(f"  {model} {shape}: {row}")
+
+    print()
+    for model in models:
+        mine = [v for v in verdicts if v[0] == model]
+        if not mine:
+            continue
+        want = "at least 1.5x faster than" if model == "mlp" else "never slower than"
+        met = all(v[5] for v in mine)
+        print(f"target: {MODEL_LABEL[model]}: DDP+libtrain and libtrain.torch {want} DDP+Gloo on every "
+              f"multi-rank shape (median ratio <= {TARGET[model]:.2f}): {'MET' if met else 'MISSED'}")
+        for v in mine:
+            if not v[5]:
+                print(f"    missed: {v[1]} {MODE_LABEL[v[2]]}: ratio {v[3]:.2f} (worst round {v[4]:.2f})")
+    if failed:
+        print("failed runs (fewer ranks reported than the shape has): " + ", ".join(failed))
+    if diverged:
+        print("runs whose ranks ended with different weights: " + ", ".join(diverged))
+
+
+if __name__ == "__main__":
+    main()
