@@ -1,6 +1,7 @@
 // TcpStore: a tiny request/response protocol over TCP. Request: op(1) keylen(4) key
 // payloadlen(4) payload. Response: status(1) len(4) value. get() polls the server (the server
-// never blocks on a missing key), so one slow key cannot stall other ranks' requests.
+// never blocks on a missing key), so one slow key cannot stall other ranks' requests. Lengths
+// are bounded (kMaxKeyBytes, kMaxValueBytes) before anything is allocated for them.
 #include "libtrain/tcp_store.h"
 
 #include <poll.h>
@@ -20,6 +21,12 @@ namespace {
 
 enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
 constexpr auto kIoTimeout = std::chrono::seconds(30);
+// Anything on the network can reach the server's port, and a client trusts whatever answers it:
+// a length is checked before it is allocated, or four garbage bytes cost 4 GiB (found by
+// tests/fuzz/fuzz_libtrain_wire). Keys are short names; values are addresses and ids, a few MiB
+// at most (the unit tests use 3 MiB).
+constexpr uint32_t kMaxKeyBytes = 64 << 10;
+constexpr uint32_t kMaxValueBytes = 64 << 20;
 
 void put_u32(Bytes& b, uint32_t v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
@@ -70,9 +77,11 @@ class TcpStore::Server {
       uint32_t klen, plen;
       detail::recv_all(fd, &op, 1, deadline, "store client");
       detail::recv_all(fd, &klen, 4, deadline, "store client");
+      if (klen > kMaxKeyBytes) return false;  // not a libtrain client: hang up
       std::string key(klen, '\0');
       detail::recv_all(fd, key.data(), klen, deadline, "store client");
       detail::recv_all(fd, &plen, 4, deadline, "store client");
+      if (plen > kMaxValueBytes) return false;
       Bytes payload(plen);
       detail::recv_all(fd, payload.data(), plen, deadline, "store client");
       Bytes reply = handle(op, key, payload);
@@ -126,6 +135,11 @@ TcpStore::~TcpStore() {
 }
 
 std::optional<Bytes> TcpStore::request(uint8_t op, const std::string& key, const Bytes& payload) {
+  if (key.size() > kMaxKeyBytes || payload.size() > kMaxValueBytes)
+    throw InvalidArgument("libtrain: store key '" + key.substr(0, 64) + "' or its value is too long (" +
+                          std::to_string(key.size()) + " and " + std::to_string(payload.size()) +
+                          " bytes; at most " + std::to_string(kMaxKeyBytes) + " and " +
+                          std::to_string(kMaxValueBytes) + ")");
   Bytes msg{op};
   put_u32(msg, static_cast<uint32_t>(key.size()));
   msg.insert(msg.end(), key.begin(), key.end());
@@ -139,6 +153,10 @@ std::optional<Bytes> TcpStore::request(uint8_t op, const std::string& key, const
   uint32_t len;
   detail::recv_all(fd_, &status, 1, deadline, peer);
   detail::recv_all(fd_, &len, 4, deadline, peer);
+  if (len > kMaxValueBytes)
+    throw PeerError("libtrain: " + peer + " answered with a " + std::to_string(len) +
+                    "-byte value (at most " + std::to_string(kMaxValueBytes) +
+                    "); is MASTER_ADDR:MASTER_PORT a libtrain store?");
   Bytes value(len);
   detail::recv_all(fd_, value.data(), len, deadline, peer);
   if (!status) return std::nullopt;

@@ -1,7 +1,14 @@
 // Stores: InMemoryStore with threads, TcpStore across forked processes (set/get/add, waits,
-// timeouts, barrier), PrefixStore namespacing.
+// timeouts, barrier), PrefixStore namespacing, and TcpStore against peers that send garbage
+// lengths (found by tests/fuzz/fuzz_libtrain_wire).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstring>
 
 #include "ranks.h"
 // check.h last: it defines macros (fail) that clash with <ios>.
@@ -91,6 +98,75 @@ START_TEST(tcp_store_connect_timeout) {
 }
 END_TEST
 
+namespace {
+
+// A raw TCP connection to 127.0.0.1:PORT (the hostile peer's side).
+int raw_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+}  // namespace
+
+// A request claiming a 4 GiB key made the server allocate (and zero) 4 GiB, then wait 30 s for
+// it while every honest client stalled; now it hangs up at once and keeps serving.
+START_TEST(tcp_store_server_refuses_huge_lengths) {
+  TcpStore store("127.0.0.1", 0, true, Seconds(5));
+  for (uint32_t bad_at : {1u, 2u}) {  // the key's length, then the payload's
+    int fd = raw_connect(store.port());
+    uint8_t msg[10] = {1, 1, 0, 0, 0, 'k', 0xff, 0xff, 0xff, 0xff};  // set "k", payload 4 GiB - 1
+    size_t len = bad_at == 1 ? 5 : 10;
+    if (bad_at == 1) std::memset(msg + 1, 0xff, 4);  // key 4 GiB - 1
+    ck_assert_int_eq(write(fd, msg, len), static_cast<ssize_t>(len));
+    auto start = std::chrono::steady_clock::now();
+    char c;
+    ck_assert_int_eq(read(fd, &c, 1), 0);  // closed, without an answer
+    ck_assert(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+    close(fd);
+  }
+  store.set("still", to_bytes("served"));
+  ck_assert_str_eq(to_string(store.get("still", Seconds(1))).c_str(), "served");
+}
+END_TEST
+
+// A "server" answering with a 4 GiB value made the client allocate it; now it is a PeerError.
+START_TEST(tcp_store_client_refuses_huge_value) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof(a);
+  ck_assert_int_eq(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ck_assert_int_eq(listen(listener, 1), 0);
+  ck_assert_int_eq(getsockname(listener, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  TcpStore client("127.0.0.1", ntohs(a.sin_port), false, Seconds(5));
+  int server = accept(listener, nullptr, nullptr);
+  const uint8_t answer[5] = {1, 0xff, 0xff, 0xff, 0xff};  // found, 4 GiB - 1 bytes follow
+  ck_assert_int_eq(write(server, answer, sizeof(answer)), 5);
+  bool refused = false;
+  try {
+    client.get("k", Seconds(1));
+  } catch (const PeerError& e) {
+    refused = std::strstr(e.what(), "4294967295-byte value") != nullptr;
+  }
+  ck_assert(refused);
+  bool too_long = false;
+  try {
+    client.set(std::string(100 << 10, 'k'), {});
+  } catch (const InvalidArgument&) {
+    too_long = true;
+  }
+  ck_assert(too_long);
+  close(server);
+  close(listener);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("libtrain_store");
   TCase* tc = tcase_create("store");
@@ -101,6 +177,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, tcp_store_across_processes);
   tcase_add_test(tc, tcp_store_large_value_and_timeout);
   tcase_add_test(tc, tcp_store_connect_timeout);
+  tcase_add_test(tc, tcp_store_server_refuses_huge_lengths);
+  tcase_add_test(tc, tcp_store_client_refuses_huge_value);
   suite_add_tcase(s, tc);
   return s;
 }
