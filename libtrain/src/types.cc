@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "libtrain/errors.h"
 
@@ -122,12 +123,15 @@ size_t dtype_size(DataType dtype) {
 const char* dtype_name(DataType dtype) {
   static const char* const kNames[] = {"float32", "float64", "float16", "bfloat16",
                                        "int32",   "int64",   "uint8"};
-  return kNames[static_cast<int>(dtype)];
+  // Out of range: a peer's op header (tcp_ring.cc describes it when ranks disagree) is any bytes.
+  auto i = static_cast<size_t>(dtype);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 const char* op_name(ReduceOp op) {
   static const char* const kNames[] = {"sum", "average", "min", "max", "bitor"};
-  return kNames[static_cast<int>(op)];
+  auto i = static_cast<size_t>(op);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 DataType parse_dtype(const std::string& name) {

@@ -2,8 +2,8 @@
 // multiple of kWireAlign bytes and consumed with its padding, the op header is kWireAlign bytes,
 // and the reduce-scatter's segments start on kWireAlign-byte boundaries. Together they keep the
 // kernel's copies between user buffers and socket memory at one alignment (see socket.h for the
-// 16x slowdown this avoids). Also: LIBTRAIN_RING_SPIN_US parsing, and a wait that spins still
-// times out.
+// 16x slowdown this avoids). Also: LIBTRAIN_RING_SPIN_US parsing, a wait that spins still
+// times out, and a peer's op header with out-of-range fields is described, not read past.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -179,6 +179,20 @@ START_TEST(spinning_wait_times_out) {
 }
 END_TEST
 
+// check_header() describes the previous rank's header, which is whatever bytes arrived: a dtype
+// or op past the enums read past the name tables (found by tests/fuzz/fuzz_libtrain_wire).
+START_TEST(garbage_op_header_is_described) {
+  OpHeader h{};
+  h.kind = 200;
+  h.dtype = 7;
+  h.op = 255;
+  std::string text = describe(h);
+  ck_assert_msg(text.find("dtype=unknown, op=unknown") != std::string::npos, "%s", text.c_str());
+  ck_assert_str_eq(dtype_name(DataType::kUint8), "uint8");
+  ck_assert_str_eq(op_name(ReduceOp::kBitOr), "bitor");
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("libtrain_wire");
   TCase* tc = tcase_create("wire");
@@ -188,6 +202,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, segments_start_on_the_wire_alignment);
   tcase_add_test(tc, spin_option_is_parsed_and_checked);
   tcase_add_test(tc, spinning_wait_times_out);
+  tcase_add_test(tc, garbage_op_header_is_described);
   suite_add_tcase(s, tc);
   return s;
 }
