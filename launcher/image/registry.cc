@@ -217,7 +217,11 @@ Status RegistryClient::http_error(long status, const std::string& what) const {
 Result<HttpResponse> RegistryClient::get(const std::string& path,
                                          const std::vector<std::string>& headers, Sink* sink,
                                          bool head) {
-  if (auto mirrored = get_from_mirror(path, headers, sink, head)) return std::move(*mirrored);
+  last_from_mirror_ = false;
+  if (auto mirrored = get_from_mirror(path, headers, sink, head)) {
+    last_from_mirror_ = true;
+    return std::move(*mirrored);
+  }
   bool authed_here = false;
   for (int attempt = 0;; ++attempt) {
     HttpRequest req{base_url() + path, headers, {}, {}};
@@ -349,7 +353,24 @@ Result<std::string> RegistryClient::head_manifest_digest(const std::string& refe
   return is_valid_digest(d) ? d : std::string();
 }
 
+// A blob a mirror got wrong (size or digest) is fetched again from the registry itself, and the
+// mirror is dropped for the rest of the import with one warning, as when it fails outright.
 Status RegistryClient::fetch_blob(const Descriptor& d, int fd) {
+  Status st = fetch_blob_once(d, fd);
+  if (!mirror_lied(st, d)) return st;
+  return fetch_blob_once(d, fd);
+}
+
+// Whether ST is a mirror's corrupt answer for blob D; if so the mirror is dropped (one warning).
+bool RegistryClient::mirror_lied(const Status& st, const Descriptor& d) {
+  if (st.ok() || !last_from_mirror_ || st.error_number() != EBADMSG) return false;
+  if (!mirror_failed_->exchange(true) && opts_.warn)
+    opts_.warn("warning: registry mirror " + opts_.mirrors.at(ref_.registry) + " sent a corrupt blob " +
+               d.digest + " for '" + ref_.str() + "'; using " + ref_.registry + " itself");
+  return true;
+}
+
+Status RegistryClient::fetch_blob_once(const Descriptor& d, int fd) {
   Sha256 hash;
   uint64_t got = 0;
   Sink sink{[&](const char* p, size_t n) -> Status {
@@ -384,6 +405,12 @@ Status RegistryClient::fetch_blob(const Descriptor& d, int fd) {
 }
 
 Result<std::string> RegistryClient::fetch_small_blob(const Descriptor& d) {
+  auto body = fetch_small_blob_once(d);
+  if (!mirror_lied(body.status(), d)) return body;
+  return fetch_small_blob_once(d);
+}
+
+Result<std::string> RegistryClient::fetch_small_blob_once(const Descriptor& d) {
   if (d.size > kMaxConfigBytes)
     return Status::error("config blob of image '" + ref_.str() + "' is too large", EFBIG);
   std::string body;

@@ -106,6 +106,9 @@ class RegistryClient {
   RegistryOptions opts_;
   std::unique_ptr<HttpClient> http_;
   // The mirror's answer, or nullopt when there is none to ask (or it just failed).
+  Status fetch_blob_once(const Descriptor& d, int fd);
+  Result<std::string> fetch_small_blob_once(const Descriptor& d);
+  bool mirror_lied(const Status& st, const Descriptor& d);
   std::optional<Result<HttpResponse>> get_from_mirror(const std::string& path,
                                                       const std::vector<std::string>& headers,
                                                       Sink* sink, bool head);
@@ -114,6 +117,7 @@ class RegistryClient {
   std::string auth_header_;  // "Authorization: Bearer ..." once a token is held
   // Set once the mirror failed; shared by the clients of one image (share_auth_from).
   std::shared_ptr<std::atomic<bool>> mirror_failed_ = std::make_shared<std::atomic<bool>>(false);
+  bool last_from_mirror_ = false;  // the last get() was answered by the mirror
   bool use_basic_ = false;
   bool creds_loaded_ = false;
   std::string creds_user_, creds_password_;

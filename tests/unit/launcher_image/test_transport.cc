@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "image/digest.h"
 #include "image/import.h"
@@ -118,7 +119,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200)
         manifest = "/manifests/" in self.path
         slow = self.path.startswith("/v2/slow/")
-        if (n == 0 and not slow) or self.path.startswith("/v2/busy/"):
+        lying = self.path.startswith("/v2/lying/")
+        if (n == 0 and not slow and not lying) or self.path.startswith("/v2/busy/"):
             return self.reply(429 if manifest else 503)
         if manifest:
             body = open(os.path.join(root, "manifest.json"), "rb").read()
@@ -127,6 +129,9 @@ class Handler(BaseHTTPRequestHandler):
         if not os.path.exists(name):
             return self.reply(404)
         body = open(name, "rb").read()
+        corrupt = os.path.join(root, "corrupt")  # a mirror that lies about the blobs listed there
+        if lying and os.path.exists(corrupt) and self.path.rsplit("/", 1)[1] in open(corrupt).read():
+            body = body[:-1] + bytes([body[-1] ^ 1])
         if not slow:
             return self.reply(200, body)
         self.send_response(200)  # /v2/slow/: blobs trickle at 256 bytes/s
@@ -270,6 +275,53 @@ START_TEST(slow_registry_times_out_with_the_blob_named) {
 }
 END_TEST
 
+// A mirror that sends a corrupt blob (right size, wrong bytes), the config or a layer: that blob
+// comes again from the registry itself, one warning says so, the mirror is dropped for the rest of
+// the import, and the import succeeds (it used to fail on the digest).
+START_TEST(lying_mirror_falls_back_to_the_registry) {
+  Sandbox sb;
+  std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("a", "from the registry").finish();
+  std::string manifest =
+      R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",)"
+      R"("config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" +
+      sha256_digest(kConfig) + R"(","size":)" + std::to_string(strlen(kConfig)) +
+      R"(},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":")" +
+      sha256_digest(layer) + R"(","size":)" + std::to_string(layer.size()) + "}]}";
+  for (const std::string& lie : {sha256_digest(layer), sha256_digest(kConfig)}) {
+    std::string origin_dir = sb.base + "-origin", mirror_dir = sb.base + "-mirror";
+    mkdir(origin_dir.c_str(), 0700);
+    mkdir(mirror_dir.c_str(), 0700);
+    {
+      FlakyServer origin(origin_dir), mirror(mirror_dir);
+      ck_assert_msg(origin.port > 0 && mirror.port > 0, "the python3 test servers did not start");
+      write_text(mirror_dir + "/corrupt", lie);
+      for (FlakyServer* srv : {&origin, &mirror}) {
+        for (const auto& b : {std::string(kConfig), layer}) srv->add_blob(b);
+        write_text(srv->dir + "/manifest.json", manifest);
+      }
+      ImportOptions o;
+      o.cache_dir = sb.root + "/cache-" + lie.substr(7, 8);
+      o.registry.insecure_registries = {origin.host(), mirror.host()};
+      o.registry.mirrors = {{origin.host(), mirror.host()}};
+      o.registry.max_retries = 0;
+      std::vector<std::string> warnings;
+      o.registry.warn = [&](const std::string& line) { warnings.push_back(line); };
+      auto img = import_image(*parse_image_ref(origin.host() + "/lying/img:v1"), o);
+      ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+      ck_assert(read_text(img->rootfs + "/a") == "from the registry");
+      ck_assert_int_eq(mirror.count("/blobs/" + lie), 1);
+      ck_assert_int_eq(origin.count("/blobs/" + lie), 1);
+      ck_assert_int_eq(static_cast<int>(warnings.size()), 1);
+      ASSERT_CONTAINS(warnings[0], "warning: registry mirror " + mirror.host() + " sent a corrupt blob " +
+                                       lie + " for '" + origin.host() + "/lying/img:v1'; using " +
+                                       origin.host() + " itself");
+    }
+    remove_all(origin_dir);
+    remove_all(mirror_dir);
+  }
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("transport");
   TCase* tc = tcase_create("transport");
@@ -277,6 +329,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, tls_with_private_ca);
   tcase_add_test(tc, retries_on_429_and_503);
   tcase_add_test(tc, slow_registry_times_out_with_the_blob_named);
+  tcase_add_test(tc, lying_mirror_falls_back_to_the_registry);
   suite_add_tcase(s, tc);
   return s;
 }
