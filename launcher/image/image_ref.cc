@@ -150,6 +150,12 @@ Result<ImageRef> parse_remote(std::string_view text, std::string_view s, const R
   }
   if (s.size() > kMaxNameLength) return bad_ref(text, "name longer than 255 characters");
   SLIPWAY_TRY(parse_name(text, s, d, ref));
+  // Counted again once normalised: the canonical name (registry-1.docker.io/library/NAME) is what
+  // the cache records and str() prints, and it must parse back (tests/fuzz found Docker Hub names
+  // of 230-255 characters whose canonical form was refused as too long).
+  if (ref.registry.size() + 1 + ref.repository.size() > kMaxNameLength)
+    return bad_ref(text, "name longer than 255 characters once its registry is added (" +
+                             ref.registry + "/" + ref.repository.substr(0, 16) + "...)");
   if (ref.tag.empty() && ref.digest.empty()) ref.tag = "latest";
   return ref;
 }

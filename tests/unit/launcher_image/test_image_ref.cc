@@ -135,6 +135,7 @@ START_TEST(invalid_references) {
       "host:5000/",                    // no repository
       "ubu ntu",                       //
       std::string(256, 'a'),           // too long
+      std::string(240, 'a'),           // too long as registry-1.docker.io/library/aaa...
   };
   for (const auto& t : bad) {
     auto r = parse_image_ref(t);
@@ -143,6 +144,23 @@ START_TEST(invalid_references) {
                       r.status().message().find("empty") == 0,
                   "%s", r.status().message().c_str());
   }
+}
+END_TEST
+
+// What str() prints parses back to itself, up to the longest name (found by tests/fuzz: a
+// 240-character Docker Hub name was accepted, its canonical form refused as too long).
+START_TEST(canonical_form_parses_again) {
+  const std::string hub = "registry-1.docker.io/library/";
+  for (const std::string& t : {std::string("ubuntu"), std::string(255 - hub.size(), 'a'),
+                               "host:5000/" + std::string(245, 'b') + ":t@sha256:" + kHex}) {
+    auto r = parse_image_ref(t);
+    ck_assert_msg(r.ok(), "%s", r.status().message().c_str());
+    auto again = parse_image_ref(r->str());
+    ck_assert_msg(again.ok(), "%s", again.status().message().c_str());
+    std::string first = r->str(), second = again->str();
+    ck_assert_str_eq(second.c_str(), first.c_str());
+  }
+  ck_assert(!parse_image_ref(std::string(256 - hub.size(), 'a')).ok());
 }
 END_TEST
 
@@ -156,6 +174,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, invalid_references);
   tcase_add_test(tc, daemon_schemes);
   tcase_add_test(tc, registry_mirrors_parse);
+  tcase_add_test(tc, canonical_form_parses_again);
   suite_add_tcase(s, tc);
   return s;
 }
