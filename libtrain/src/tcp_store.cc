@@ -180,8 +180,13 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
   Bytes payload(8);
   std::memcpy(payload.data(), &delta, 8);
   Bytes v = request(kAdd, key, payload).value_or(Bytes{});
+  // The server always answers an add with the 8-byte sum; anything else is not our server (and
+  // an empty answer's data() is null, which memcpy must not get: found by fuzzing).
+  if (v.size() != 8)
+    throw PeerError("libtrain: store server " + where_ + " answered an add of '" + key + "' with " +
+                    std::to_string(v.size()) + " bytes instead of 8; is it a libtrain store?");
   int64_t out = 0;
-  std::memcpy(&out, v.data(), std::min<size_t>(8, v.size()));
+  std::memcpy(&out, v.data(), 8);
   return out;
 }
 

@@ -134,7 +134,8 @@ START_TEST(tcp_store_server_refuses_huge_lengths) {
 }
 END_TEST
 
-// A "server" answering with a 4 GiB value made the client allocate it; now it is a PeerError.
+// A "server" answering with a 4 GiB value made the client allocate it, one answering an add
+// with no value made it memcpy from a null pointer; both are now PeerErrors.
 START_TEST(tcp_store_client_refuses_huge_value) {
   int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -155,6 +156,17 @@ START_TEST(tcp_store_client_refuses_huge_value) {
     refused = std::strstr(e.what(), "4294967295-byte value") != nullptr;
   }
   ck_assert(refused);
+  // An add answered with "not found" (or any size but 8) is a PeerError, not a sum of 0 copied
+  // from a null pointer.
+  const uint8_t not_found[5] = {0, 0, 0, 0, 0};
+  ck_assert_int_eq(write(server, not_found, sizeof(not_found)), 5);
+  bool bad_add = false;
+  try {
+    client.add("n", 1);
+  } catch (const PeerError& e) {
+    bad_add = std::strstr(e.what(), "with 0 bytes instead of 8") != nullptr;
+  }
+  ck_assert(bad_add);
   bool too_long = false;
   try {
     client.set(std::string(100 << 10, 'k'), {});
