@@ -107,7 +107,9 @@ class TcpStore::Server {
       int64_t delta = 0;
       if (slot.size() == 8) std::memcpy(&sum, slot.data(), 8);
       if (payload.size() == 8) std::memcpy(&delta, payload.data(), 8);
-      sum += delta;
+      // Two's complement wrap-around, as unsigned: signed overflow is undefined, and a peer
+      // chooses both numbers (found by fuzzing).
+      sum = static_cast<int64_t>(static_cast<uint64_t>(sum) + static_cast<uint64_t>(delta));
       slot.assign(reinterpret_cast<uint8_t*>(&sum), reinterpret_cast<uint8_t*>(&sum) + 8);
       value = &slot;
     }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 #include "ranks.h"
@@ -114,7 +115,8 @@ int raw_connect(int port) {
 }  // namespace
 
 // A request claiming a 4 GiB key made the server allocate (and zero) 4 GiB, then wait 30 s for
-// it while every honest client stalled; now it hangs up at once and keeps serving.
+// it while every honest client stalled; now it hangs up at once and keeps serving. An add past
+// INT64_MAX wraps around.
 START_TEST(tcp_store_server_refuses_huge_lengths) {
   TcpStore store("127.0.0.1", 0, true, Seconds(5));
   for (uint32_t bad_at : {1u, 2u}) {  // the key's length, then the payload's
@@ -129,6 +131,9 @@ START_TEST(tcp_store_server_refuses_huge_lengths) {
     ck_assert(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
     close(fd);
   }
+  // Sums wrap around instead of overflowing (undefined behaviour, found by the fuzzer's UBSan).
+  ck_assert(store.add("big", INT64_MAX) == INT64_MAX);
+  ck_assert(store.add("big", 1) == INT64_MIN);
   store.set("still", to_bytes("served"));
   ck_assert_str_eq(to_string(store.get("still", Seconds(1))).c_str(), "served");
 }
