@@ -22,6 +22,9 @@ packages=(
   # Debian packages of Slipway (contrib/make-debs.sh): dpkg-shlibdeps, lintian; the install test
   # loads the module file with environment-modules
   dpkg-dev lintian environment-modules
+  # tests/fuzz: clang with libFuzzer's runtime (libclang-rt-14-dev, only recommended by clang),
+  # llvm for llvm-symbolizer in sanitizer reports
+  clang libclang-rt-14-dev llvm
   # benchmarks' peers, podman:// images, and examples' data
   charliecloud bubblewrap podman uidmap dataset-fashion-mnist apache2-utils openssl zstd pigz
 )

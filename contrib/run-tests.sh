@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole Slipway test suite on a Debian 12 machine, as root: installs what it needs, builds,
-# runs the Check unit tests (CTest labels unit, userns, gpu), builds the Debian packages and runs
+# runs the Check unit tests (CTest labels unit, userns, gpu), runs each fuzz target for 10 s
+# (tests/fuzz, clang; skipped without it), builds the Debian packages and runs
 # lintian on each, runs the integration tests on the local Slurm sandbox (tests/cluster), brings
 # the sandbox down, and exits non-zero on any failure.
 # Safe to run twice. Environment: SLIPWAY_BUILD_DIR (default <repo>/build).
@@ -40,6 +41,23 @@ step "unit tests"
 unit_log=$(mktemp)
 ctest --test-dir "$build" --output-on-failure --timeout 300 -j"$(nproc)" 2>&1 | tee "$unit_log"
 count_ctest "$unit_log"
+
+# Each libFuzzer target for 10 s (tests/fuzz/run.sh, its own clang build in BUILD-fuzz): one
+# "ok"/"FAIL" line per target, each counted; exit 3 means clang or libFuzzer is missing.
+step "fuzz targets, 10 s each"
+fuzz_log=$(mktemp)
+SLIPWAY_FUZZ_BUILD_DIR="$build-fuzz" "$repo/tests/fuzz/run.sh" 10 2>&1 | tee "$fuzz_log"
+fuzz_rc=${PIPESTATUS[0]}
+if ((fuzz_rc == 3)); then
+  skipped=$((skipped + 1))
+else
+  passed=$((passed + $(grep -c '^ok   fuzz_' "$fuzz_log")))
+  failed=$((failed + $(grep -c '^FAIL fuzz_' "$fuzz_log")))
+  if ((fuzz_rc != 0)) && ! grep -q '^FAIL fuzz_' "$fuzz_log"; then
+    echo "FAIL tests/fuzz/run.sh (exit $fuzz_rc: build failed)"; failed=$((failed + 1))
+  fi
+fi
+rm -f "$fuzz_log"
 
 # One test per package: contrib/make-debs.sh builds them, lintian must report no error (E:) on
 # any. tests/cluster/test_packages.bash installs these same files (SLIPWAY_DEBS_DIR).
