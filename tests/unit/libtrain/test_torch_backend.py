@@ -212,6 +212,11 @@ elif scenario == "gloo":
 elif scenario == "mismatch":
     e = expect_raise(lambda: dist.all_reduce(torch.ones(10 + r)), libtrain.Error, "mismatch")
     print(f"rank {r}: mismatch raised {type(e).__name__}: {e}", flush=True)
+elif scenario == "leave_early":
+    # Exit while the group's thread still completes works: it must finish before the interpreter
+    # does (it aborted, "terminate called without an active exception", after a good job).
+    works = [dist.all_reduce(torch.ones(1 << 22), async_op=True) for _ in range(10)]
+    sys.exit(0)
 elif scenario == "exit":
     start = time.monotonic()
     try:
@@ -283,6 +288,9 @@ def main():
         codes, _ = run("mismatch", 4, tmp, deadline=TIMEOUT + 30)
         if codes != [0] * 4:
             failures.append("mismatch")
+        codes, _ = run("leave_early", 2, tmp)
+        if codes != [0, 0]:
+            failures.append("exit with works in flight")
         codes, _ = run("exit", 4, tmp, deadline=TIMEOUT + 30)
         if codes != [0, 3, 0, 0]:
             failures.append("a rank exiting mid-training")

@@ -31,6 +31,9 @@ _WIDENED = {torch.uint8, torch.int8, torch.int16, torch.bool}
 # trampoline, which finds the Python methods only while the Python object lives: completed works
 # stay referenced for this many further completions (C++ waits on them at once in practice).
 _KEEP_COMPLETED = 64
+# How long stop() waits for a group's thread to finish its last work (a stuck collective ends
+# within LIBTRAIN_TIMEOUT anyway; exiting is not held up longer than this).
+_STOP_WAIT_S = 10.0
 
 
 class _StoreAdapter:
@@ -193,13 +196,20 @@ class _Completer:
     def __init__(self, label):
         self._queue = queue.SimpleQueue()
         self._recent = collections.deque(maxlen=_KEEP_COMPLETED)
-        threading.Thread(target=self._run, name=f"libtrain-c10d-{label}", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name=f"libtrain-c10d-{label}", daemon=True)
+        self._thread.start()
 
     def submit(self, work):
         self._queue.put(work)
 
     def stop(self):
+        """Ends the thread and waits for it: at interpreter exit (weakref.finalize runs this from
+        atexit) a daemon thread still freeing tensors would be killed inside torch's C++
+        deallocator, and the process would abort ("terminate called without an active
+        exception") after a job that succeeded."""
         self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=_STOP_WAIT_S)
 
     def _run(self):
         while True:
