@@ -112,6 +112,17 @@ START_TEST(www_authenticate) {
 }
 END_TEST
 
+// The token server's answer: "token", else "access_token" (Docker's and OAuth2's names).
+START_TEST(token_answer) {
+  ck_assert(parse_token_answer(R"({"token":"abc","expires_in":300})") == "abc");
+  ck_assert(parse_token_answer(R"({"access_token":"xyz"})") == "xyz");
+  ck_assert(parse_token_answer(R"({"token":"","access_token":"xyz"})") == "xyz");
+  ck_assert(parse_token_answer(R"({"token":42})").empty());
+  ck_assert(parse_token_answer(R"(["token"])").empty());
+  ck_assert(parse_token_answer("not json").empty());
+}
+END_TEST
+
 START_TEST(credentials_file) {
   auto c = parse_credentials(
       "# site registry\nmachine 10.77.0.1:5000 login alice password s3cret\n"
@@ -155,6 +166,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, index_picks_linux_amd64);
   tcase_add_test(tc, image_config);
   tcase_add_test(tc, www_authenticate);
+  tcase_add_test(tc, token_answer);
   tcase_add_test(tc, credentials_file);
   tcase_add_test(tc, manifest_handoff_base64);
   suite_add_tcase(s, tc);
