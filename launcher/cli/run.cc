@@ -18,10 +18,12 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "cli/cli_common.h"
 #include "cli/run_step.h"
 #include "common/file_util.h"
+#include "image/cache.h"
 #include "dl/dl_env.h"
 #include "options/container_plan.h"
 #include "options/entrypoint.h"
@@ -80,7 +82,16 @@ struct Prepared {
   std::optional<SeccompProgram> seccomp;  // compiled before entering (runtime/seccomp.h)
   bool entrypoint = false;                // --container-entrypoint, and the image has one
   bool save = false;                      // --container-save, and this node saves
+  // Held while the command runs: `slipway rm` and `gc` skip the image (image/cache.h mark_in_use).
+  std::optional<FileLock> image_in_use;
 };
+
+// Marks P.image in use; false when an rm or gc removed it since it was imported.
+bool hold_image(Prepared& p, const std::string& cache) {
+  auto in_use = mark_in_use(NodeCache(cache), p.image.manifest_digest);
+  if (in_use.ok()) p.image_in_use.emplace(std::move(*in_use));
+  return in_use.ok() || in_use.status().error_number() != ENOENT;  // else: run unmarked
+}
 
 Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   Prepared p;
@@ -113,11 +124,16 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
     auto img = find_cached_image(NodeCache(cache), *digest);
     SLIPWAY_TRY(img);
     p.image = std::move(*img);
+    hold_image(p, cache);
   } else {
-    auto img = p.run_dir.empty() ? import_text(p.opts.container_image)
-                                 : import_for_step(p.opts.container_image, p.run_dir);
-    if (!img.ok()) return import_failed(p.opts.container_image, img.status());
-    p.image = std::move(*img);
+    // An rm or gc between the import and the mark removes the image: import it again.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto img = p.run_dir.empty() ? import_text(p.opts.container_image)
+                                   : import_for_step(p.opts.container_image, p.run_dir);
+      if (!img.ok()) return import_failed(p.opts.container_image, img.status());
+      p.image = std::move(*img);
+      if (hold_image(p, cache)) break;
+    }
     if (p.named) SLIPWAY_TRY(record_named_container_image(p.named->dir, p.image.manifest_digest));
   }
   in.rootfs = p.image.rootfs;
@@ -301,6 +317,8 @@ int cmd_run(std::vector<std::string>& args) {
   // Alone, this process becomes the container: no holder, no fork, nothing left behind. The
   // entrypoint and --container-save need the container before and after the command: a holder.
   if (run_dir.empty() && !p->entrypoint && !p->save && is_single_threaded()) {
+    // No process of ours stays behind: the command itself keeps the image in use.
+    if (p->image_in_use) p->image_in_use->keep_across_exec();
     apply_image_env(*p, {});
     exec_command(enter_container(p->spec, task_view(*p)), *p, std::move(command));
   }

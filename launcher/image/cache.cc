@@ -106,6 +106,10 @@ Result<FileLock> FileLock::acquire(const std::string& path, Mode mode, bool wait
   }
 }
 
+void FileLock::keep_across_exec() const {
+  if (fd_.valid()) ::fcntl(fd_.get(), F_SETFD, 0);
+}
+
 bool FileLock::is_linked() const {
   struct stat st;
   return fd_.valid() && ::fstat(fd_.get(), &st) == 0 && st.st_nlink > 0;

@@ -64,6 +64,9 @@ class FileLock {
   // Whether the lock file still has a name: one who removes it does so while holding the lock, so
   // a waiter that got it afterwards holds a lock nobody else will ever take again.
   bool is_linked() const;
+  // Lets the lock outlive an exec(2) of this process (clears FD_CLOEXEC): the command that
+  // replaces `slipway run` then holds it until it and every child that inherited it exit.
+  void keep_across_exec() const;
 
  private:
   UniqueFd fd_;

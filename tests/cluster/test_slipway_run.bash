@@ -201,3 +201,32 @@ test_dl_environment_under_srun() {
     assert_success
     assert_output_contains "port 31000"
 }
+
+# The image of a running `slipway run` is in use: `slipway gc --keep 0` and `rm` leave it (they
+# used to delete the rootfs under the running container), and remove it once the command ended.
+test_gc_and_rm_leave_the_image_of_a_running_command() {
+    local cache held i
+    cache=$(job_user_home)/.slipway-test-cache
+    held=$(mktemp)
+    run_job env SLIPWAY_CACHE_DIR="$cache" ./slipway import "$BUSYBOX"
+    assert_success
+    "$SANDBOX" exec -- env SLIPWAY_CACHE_DIR="$cache" timeout 60 ./slipway run \
+        --container-image="$BUSYBOX" -- sh -c 'sleep 6; cat /etc/slipway-image' >"$held" 2>&1 &
+    for ((i = 0; i < 50; i++)); do
+        run_job env SLIPWAY_CACHE_DIR="$cache" ./slipway images
+        [[ $output == *" yes "*"$BUSYBOX"* ]] && break
+        sleep 0.2
+    done
+    assert_output_matches " yes +$BUSYBOX"
+    run_job env SLIPWAY_CACHE_DIR="$cache" ./slipway gc --keep 0
+    assert_success
+    assert_output_contains "(the rest is in use by running steps)"
+    run_job env SLIPWAY_CACHE_DIR="$cache" ./slipway rm "$BUSYBOX"
+    assert_failure 1
+    assert_output_contains "is in use by a running step"
+    wait
+    assert_equal "busybox" "$(tail -n 1 "$held")" "the running command read its image"
+    rm -f "$held"
+    run_job env SLIPWAY_CACHE_DIR="$cache" ./slipway rm "$BUSYBOX"
+    assert_success
+}
