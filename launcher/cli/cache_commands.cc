@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/cli_common.h"
+#include "common/text.h"
 #include "image/cache.h"
 #include "image/image_ref.h"
 
@@ -30,17 +31,6 @@ Result<bool> cache_exists(const NodeCache& cache) {
   if (access(images.c_str(), R_OK | X_OK) == -1)
     return Status::from_errno("cannot read the cache " + cache.root(), errno);
   return true;
-}
-
-// 1023 B, 1.0 KiB, 20.5 MiB, 3.2 GiB.
-std::string human(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
-  return buf;
 }
 
 std::string local_time(int64_t t) {
@@ -71,7 +61,7 @@ int cmd_images(std::vector<std::string>& args) {
   printf("%-19s  %10s  %-16s  %-6s  %s\n", "DIGEST", "SIZE", "LAST USE", "IN USE", "IMAGE");
   for (auto it = images->rbegin(); it != images->rend(); ++it)  // most recently used first
     printf("%-19s  %10s  %-16s  %-6s  %s\n", it->manifest_digest.substr(0, 19).c_str(),
-           human(it->bytes).c_str(), local_time(it->last_use).c_str(), it->in_use ? "yes" : "no",
+           human_bytes(it->bytes).c_str(), local_time(it->last_use).c_str(), it->in_use ? "yes" : "no",
            it->name.empty() ? "-" : it->name.c_str());
   return 0;
 }
@@ -140,7 +130,7 @@ int cmd_gc(std::vector<std::string>& args) {
   auto r = gc_images(cache, *bytes);
   if (!r.ok()) return fail("gc: " + r.status().message());
   printf("removed %d image%s (%s), kept %s%s\n", r->removed, r->removed == 1 ? "" : "s",
-         human(r->freed_bytes).c_str(), human(r->kept_bytes).c_str(),
+         human_bytes(r->freed_bytes).c_str(), human_bytes(r->kept_bytes).c_str(),
          r->kept_bytes > *bytes ? " (the rest is in use by running steps)" : "");
   if (r->blobs_deferred) printf("%s\n", kBlobsDeferred);
   return 0;

@@ -1,8 +1,10 @@
-// Splitting the comma lists of options, plugstack.conf keys and environment variables: one
-// implementation for the plugin, `slipway` and the option parser.
+// Splitting the comma lists of options, plugstack.conf keys and environment variables, and
+// writing byte counts for people: one implementation for the plugin, `slipway` and the launcher.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +29,17 @@ inline std::vector<std::string> split_nonempty(std::string_view v, char sep) {
   for (auto field : split(v, sep))
     if (!field.empty()) out.emplace_back(field);
   return out;
+}
+
+// 1023 B, 1.0 KiB, 20.5 MiB, 3.2 GiB (powers of 1024).
+inline std::string human_bytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
 }
 
 }  // namespace slipway::launcher

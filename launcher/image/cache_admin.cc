@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file_util.h"
 #include "image/cache.h"
 #include "image/digest.h"
 #include "image/fs_beneath.h"
@@ -193,18 +194,7 @@ Status remove_dead_tmp(const NodeCache& cache) {
 
 namespace {
 
-Result<std::string> read_all(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-  if (!fd.valid()) return Status::from_errno(path, errno);
-  std::string body;
-  char buf[65536];
-  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::from_errno("read " + path, errno);
-    body.append(buf, static_cast<size_t>(n));
-  }
-  return body;
-}
+constexpr size_t kMaxImageJson = 8 << 20;  // manifest.json and config.json, as import reads them
 
 // Blob DESC is in blobs/ with its size and sha256.
 Status check_blob(const NodeCache& cache, const Descriptor& desc, const std::string& what) {
@@ -234,13 +224,13 @@ Status check_image(const NodeCache& cache, std::string_view manifest_digest) {
   struct stat st;
   if (::stat((dir + "/rootfs").c_str(), &st) == -1 || !S_ISDIR(st.st_mode))
     return in_image(Status::error("rootfs/ is missing", ENOENT));
-  auto manifest_body = read_all(dir + "/manifest.json");
+  auto manifest_body = read_file_limited(dir + "/manifest.json", kMaxImageJson);
   if (!manifest_body.ok()) return in_image(manifest_body.status());
   if (sha256_digest(*manifest_body) != digest)
     return in_image(Status::error("manifest.json does not match the image's digest", EBADMSG));
   auto manifest = parse_manifest(*manifest_body);
   if (!manifest.ok()) return in_image(manifest.status());
-  auto config = read_all(dir + "/config.json");
+  auto config = read_file_limited(dir + "/config.json", kMaxImageJson);
   if (!config.ok()) return in_image(config.status());
   if (sha256_digest(*config) != manifest->config.digest)
     return in_image(Status::error("config.json is not the config " + manifest->config.digest +

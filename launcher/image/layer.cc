@@ -18,6 +18,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "common/text.h"
 #include "image/archive_lazy.h"
 #include "image/fs_beneath.h"
 #include "image/gzip_source.h"
@@ -57,16 +58,6 @@ Status replace_existing(int parent, const std::string& name) {
 // ratio x 1 MiB (a few zero-filled files compress to almost nothing).
 constexpr uint64_t kRatioFloor = 1 << 20;
 constexpr uint64_t kFreeCheckEvery = 64 << 20;
-
-std::string human_bytes(uint64_t n) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
 
 std::string ratio_text(double r) {
   char buf[32];
