@@ -8,11 +8,14 @@
 #include <cstring>
 #include <map>
 
+#include "auto_size.h"
 #include "libtrain/errors.h"
 
 namespace libtrain {
 
+using detail::Collective;
 using detail::OpHeader;
+static_assert(detail::kAuto == kAuto, "the transports' kAuto (auto_size.h) is the public one");
 
 Communicator::Engine::Engine(Store& store, int rank, int size, const std::string& node,
                              const CommunicatorOptions& opts)

@@ -12,8 +12,6 @@
 
 namespace libtrain {
 
-enum class Collective : uint8_t { kAllreduce, kBroadcast, kAllgather, kBarrier };
-
 class Communicator::Engine {
  public:
   Engine(Store& store, int rank, int size, const std::string& node, const CommunicatorOptions& opts);

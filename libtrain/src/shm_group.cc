@@ -7,12 +7,9 @@
 // one barrier.
 #include "shm_group.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -28,7 +25,7 @@
 #include <sched.h>
 #include <thread>
 
-#include "libtrain/communicator.h"
+#include "auto_size.h"
 #include "libtrain/errors.h"
 #include "socket.h"
 
@@ -41,6 +38,7 @@ constexpr long kSleepNs = 20'000'000;
 constexpr auto kIdleYield = std::chrono::nanoseconds(1500);
 constexpr int kMaxIdleYields = 16;
 constexpr size_t kAlign = 4096;
+constexpr size_t kMaxSlotBytes = size_t{1} << 30;  // LIBTRAIN_SHM_CHUNK's bound (env.cc)
 constexpr uint64_t kProbe = 0x4c54434d41505242;  // what a CMA probe must read back
 constexpr size_t kAutoOnePhase = 16 * 1024;  // two-phase measured faster from 32 KiB (README)
 
@@ -84,14 +82,6 @@ struct ShmGroup::Header {
   cpu_set_t cpus[kMaxLocal];  // where each rank may run: oversubscribed when ranks > their union
 };
 
-std::string describe(const OpHeader& h) {
-  static const char* const kKinds[] = {"allreduce", "broadcast", "allgather", "barrier"};
-  return std::string(h.kind < 4 ? kKinds[h.kind] : "?") + "(count=" + std::to_string(h.count) +
-         ", dtype=" + dtype_name(static_cast<DataType>(h.dtype)) + ", op=" +
-         op_name(static_cast<ReduceOp>(h.op)) + ", root=" + std::to_string(h.root) + ") #" +
-         std::to_string(h.seq);
-}
-
 std::string ShmGroup::create_name() {
   std::random_device rd;
   uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -101,21 +91,26 @@ std::string ShmGroup::create_name() {
   return buf;
 }
 
+// Every check comes before shm_open; from shm_open on, segment_ owns what exists, so a throw
+// unmaps and (for the leader) unlinks it.
 ShmGroup::ShmGroup(const std::string& name, bool create, int local_rank, int local_size,
                    size_t slot_bytes, Seconds timeout)
-    : slot_bytes_(round_up(slot_bytes, kAlign)), chunk_bytes_(slot_bytes_), rank_(local_rank), size_(local_size),
-      timeout_(timeout), name_(name), owner_(create) {
-  if (local_size > kMaxLocal)
-    throw InvalidArgument("libtrain: more than " + std::to_string(kMaxLocal) + " ranks on one node");
+    : slot_bytes_(round_up(std::min(slot_bytes, kMaxSlotBytes), kAlign)), chunk_bytes_(slot_bytes_),
+      rank_(local_rank), size_(local_size), timeout_(timeout) {
+  if (local_size < 1 || local_size > kMaxLocal)
+    throw InvalidArgument("libtrain: " + std::to_string(local_size) + " ranks on one node; at most " +
+                          std::to_string(kMaxLocal) + " are supported");
+  if (local_rank < 0 || local_rank >= local_size)
+    throw InvalidArgument("libtrain: local rank " + std::to_string(local_rank) + " outside a node of " +
+                          std::to_string(local_size));
+  if (slot_bytes == 0 || slot_bytes > kMaxSlotBytes)
+    throw InvalidArgument("libtrain: shared-memory slot of " + std::to_string(slot_bytes) +
+                          " bytes; use 1 to " + std::to_string(kMaxSlotBytes) + " (LIBTRAIN_SHM_CHUNK)");
   size_t header = round_up(sizeof(Header), kAlign);
-  map_bytes_ = header + slot_bytes_ * 2 * static_cast<size_t>(local_size);
-  Fd fd(::shm_open(name.c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600));
-  LIBTRAIN_SYS(fd.get(), "shm_open " + name + " (is /dev/shm mounted and shared by the node's ranks?)");
-  if (create) LIBTRAIN_SYS(::ftruncate(fd.get(), static_cast<off_t>(map_bytes_)), "ftruncate " + name);
-  void* p = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) LIBTRAIN_SYS(-1, "mmap " + name);
-  hdr_ = static_cast<Header*>(p);
-  base_ = static_cast<uint8_t*>(p) + header;
+  size_t bytes = header + slot_bytes_ * 2 * static_cast<size_t>(local_size);
+  segment_ = create ? ShmSegment::create(name, bytes) : ShmSegment::open(name, bytes);
+  hdr_ = static_cast<Header*>(segment_.data());
+  base_ = static_cast<uint8_t*>(segment_.data()) + header;
   hdr_->pids[rank_] = ::getpid();
   cpu_set_t& mine = hdr_->cpus[rank_];
   if (::sched_getaffinity(0, sizeof(mine), &mine) != 0) {  // unknown: assume every online CPU
@@ -124,11 +119,6 @@ ShmGroup::ShmGroup(const std::string& name, bool create, int local_rank, int loc
   }
   hdr_->attached.fetch_add(1);  // a fresh segment is zero-filled: all counters start at 0
   futex_wake_all(&hdr_->attached);
-}
-
-ShmGroup::~ShmGroup() {
-  if (hdr_) ::munmap(hdr_, map_bytes_);
-  if (owner_ && !name_.empty()) ::shm_unlink(name_.c_str());  // no-op when already unlinked
 }
 
 uint8_t* ShmGroup::slot(int rank, int buf) const {
@@ -141,13 +131,10 @@ void ShmGroup::wait_attached(const ShmTuning& tuning) {
   while ((n = hdr_->attached.load()) < static_cast<uint32_t>(size_)) {
     if (Clock::now() >= deadline)
       throw TimeoutError("libtrain: only " + std::to_string(n) + " of " + std::to_string(size_) +
-                         " local ranks attached shared memory " + name_ + " within LIBTRAIN_TIMEOUT");
+                         " local ranks attached shared memory " + segment_.name() + " within LIBTRAIN_TIMEOUT");
     futex_wait(&hdr_->attached, n, kSleepNs);
   }
-  if (owner_) {
-    ::shm_unlink(name_.c_str());
-    name_.clear();
-  }
+  segment_.unlink();  // the leader's name; the others' unlink() does nothing
   find_oversubscription();
   chunk_bytes_ = tuning.chunk_bytes == kAuto && oversubscribed_
                      ? std::min(slot_bytes_, kOversubscribedChunk)

@@ -14,6 +14,8 @@
 
 #include "libtrain/store.h"
 #include "libtrain/types.h"
+#include "op_header.h"
+#include "shm_segment.h"
 
 namespace libtrain::detail {
 
@@ -25,18 +27,6 @@ inline void split(size_t n, int parts, int i, size_t& begin, size_t& end) {
   begin = n * k / p;
   end = n * (k + 1) / p;
 }
-
-// What a rank says it is about to do; all ranks of a collective must agree.
-struct OpHeader {
-  uint64_t seq = 0;
-  uint64_t count = 0;
-  uint8_t kind = 0;  // Collective kind (engine.h)
-  uint8_t dtype = 0;
-  uint8_t op = 0;
-  int32_t root = 0;
-  bool operator==(const OpHeader&) const = default;
-};
-std::string describe(const OpHeader& h);
 
 // The knobs of CommunicatorOptions that the group needs once every rank has attached.
 constexpr size_t kAutoSlotBytes = 512 << 10;
@@ -51,11 +41,11 @@ struct ShmTuning {
 
 class ShmGroup {
  public:
-  // The leader (local rank 0) creates the segment; the others open the name it published.
+  // The leader (local rank 0) creates the segment; the others open the name it published. A
+  // constructor that throws leaves no name behind (ShmSegment).
   static std::string create_name();
   ShmGroup(const std::string& name, bool create, int local_rank, int local_size, size_t slot_bytes,
            Seconds timeout);
-  ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
 
@@ -65,8 +55,6 @@ class ShmGroup {
   // waiting strategy and the automatic one-phase size, and probes CMA to every peer (when
   // `cma_min_bytes` > 0); collectives of at least that many bytes use it when all ranks can.
   void wait_attached(const ShmTuning& tuning);
-  bool uses_cma() const { return use_cma_; }
-  bool is_oversubscribed() const { return oversubscribed_; }
 
   // Publishes my header; the next barrier() checks every rank's and throws MismatchError (on
   // every rank) when any differs. finish() runs that barrier if the collective moved no data.
@@ -103,15 +91,13 @@ class ShmGroup {
   void find_oversubscription();
   int next_buffer() { return static_cast<int>(chunk_seq_++ & 1); }
 
-  Header* hdr_ = nullptr;
-  uint8_t* base_ = nullptr;
-  size_t map_bytes_ = 0;
+  ShmSegment segment_;
+  Header* hdr_ = nullptr;  // the segment's start
+  uint8_t* base_ = nullptr;  // its first slot
   size_t slot_bytes_;
   size_t chunk_bytes_;  // allreduce's pipeline chunk, at most slot_bytes_
   int rank_, size_;
   Seconds timeout_;
-  std::string name_;
-  bool owner_;
   uint64_t chunk_seq_ = 0;  // slots alternate across chunks *and* collectives (see shm_group.cc)
   const OpHeader* pending_ = nullptr;
   size_t one_phase_bytes_ = 0;  // set by wait_attached

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "libtrain/communicator.h"
+#include "auto_size.h"
 #include "libtrain/errors.h"
 
 namespace libtrain::detail {

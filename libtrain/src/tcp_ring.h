@@ -12,7 +12,7 @@
 
 #include "libtrain/store.h"
 #include "libtrain/types.h"
-#include "shm_group.h"
+#include "op_header.h"
 #include "socket.h"
 
 namespace libtrain::detail {
