@@ -4,8 +4,7 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
-
+#include "env.h"
 #include "libtrain/errors.h"
 #include "libtrain/pmix_store.h"
 #include "libtrain/tcp_store.h"
@@ -13,47 +12,31 @@
 namespace libtrain {
 namespace {
 
+using detail::env_seconds;
+using detail::env_text;
+using detail::env_whole_required;
+
 constexpr double kDefaultTimeout = 300.0;
-
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
-
-int env_int(const char* name) {
-  const char* v = env(name);
-  char* end = nullptr;
-  long n = v ? std::strtol(v, &end, 10) : -1;
-  if (!v || *end || n < 0 || n > (1 << 24))
-    throw InvalidArgument(std::string("libtrain: ") + name + "='" + (v ? v : "") +
-                          "' is not a valid non-negative integer");
-  return static_cast<int>(n);
-}
+constexpr uint64_t kMaxRanks = 1 << 24;
+constexpr double kMaxTimeout = 1e9;  // seconds: far beyond any job, and a deadline that cannot overflow
 
 }  // namespace
 
 std::string node_name() {
-  if (const char* forced = env("LIBTRAIN_NODE")) return forced;
+  if (const char* forced = env_text("LIBTRAIN_NODE")) return forced;
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   return host;
 }
 
 Seconds timeout_from_env() {
-  const char* v = env("LIBTRAIN_TIMEOUT");
-  if (!v) return Seconds(kDefaultTimeout);
-  char* end = nullptr;
-  double s = std::strtod(v, &end);
-  if (*end || !(s > 0))
-    throw InvalidArgument(std::string("libtrain: LIBTRAIN_TIMEOUT='") + v +
-                          "' must be a positive number of seconds");
-  return Seconds(s);
+  return Seconds(env_seconds("LIBTRAIN_TIMEOUT", kDefaultTimeout, kMaxTimeout));
 }
 
 std::string detect_bootstrap() {
-  if (const char* forced = env("LIBTRAIN_BOOTSTRAP")) return forced;
-  if (env("PMIX_RANK") && pmix_available()) return "pmix";
-  if (env("RANK") && env("WORLD_SIZE")) return "env";
+  if (const char* forced = env_text("LIBTRAIN_BOOTSTRAP")) return forced;
+  if (env_text("PMIX_RANK") && pmix_available()) return "pmix";
+  if (env_text("RANK") && env_text("WORLD_SIZE")) return "env";
   return "single";
 }
 
@@ -68,18 +51,18 @@ BootstrapInfo bootstrap(Seconds timeout) {
 BootstrapInfo bootstrap_pmix() {
   auto store = std::make_shared<PmixStore>();
   BootstrapInfo info{store, store->rank(), store->size(), store->node(), "pmix"};
-  if (const char* forced = env("LIBTRAIN_NODE")) info.node = forced;
+  if (const char* forced = env_text("LIBTRAIN_NODE")) info.node = forced;
   return info;
 }
 
 BootstrapInfo bootstrap_env(Seconds timeout) {
   BootstrapInfo info;
-  info.rank = env_int("RANK");
-  info.size = env_int("WORLD_SIZE");
-  if (info.size < 1 || info.rank >= info.size)
+  info.rank = static_cast<int>(env_whole_required("RANK", 0, kMaxRanks - 1, ""));
+  info.size = static_cast<int>(env_whole_required("WORLD_SIZE", 1, kMaxRanks, ""));
+  if (info.rank >= info.size)
     throw InvalidArgument("libtrain: RANK=" + std::to_string(info.rank) + " is not below WORLD_SIZE=" +
                           std::to_string(info.size));
-  if (info.size > 1 && (!env("MASTER_ADDR") || !env("MASTER_PORT")))
+  if (info.size > 1 && (!env_text("MASTER_ADDR") || !env_text("MASTER_PORT")))
     throw InvalidArgument("libtrain: RANK/WORLD_SIZE bootstrap needs MASTER_ADDR and MASTER_PORT");
   info.node = node_name();
   info.method = "env";
@@ -87,8 +70,8 @@ BootstrapInfo bootstrap_env(Seconds timeout) {
     info.store = std::make_shared<InMemoryStore>();
     return info;
   }
-  info.store = std::make_shared<TcpStore>(env("MASTER_ADDR"), env_int("MASTER_PORT"), info.rank == 0,
-                                          timeout);
+  int port = static_cast<int>(env_whole_required("MASTER_PORT", 1, 65535, ""));
+  info.store = std::make_shared<TcpStore>(env_text("MASTER_ADDR"), port, info.rank == 0, timeout);
   return info;
 }
 

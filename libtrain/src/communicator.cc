@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 
 #include "engine.h"
+#include "env.h"
 #include "libtrain/bootstrap.h"
 #include "libtrain/errors.h"
 #include "libtrain/timeline.h"
@@ -124,38 +124,23 @@ class Communicator::Worker {
   std::thread thread_;
 };
 
-// A non-negative decimal environment value, or InvalidArgument naming the variable.
-static unsigned long long env_count(const char* name, const char* v, const char* what) {
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (!*v || *end || *v == '-')
-    throw InvalidArgument(std::string("libtrain: ") + name + "='" + v + "' must be " + what);
-  return n;
-}
+// Bounds of the settings below (env.h words the errors). Byte counts stay far below kAuto.
+constexpr uint64_t kMaxBytes = uint64_t{1} << 40;
+constexpr uint64_t kMinShmChunk = 4096, kMaxShmChunk = uint64_t{1} << 30;
+constexpr uint64_t kMaxShmYieldUs = 60'000'000, kMaxRingSpinUs = 1'000'000;
 
 CommunicatorOptions CommunicatorOptions::from_env() {
+  using detail::env_whole;
   CommunicatorOptions o;
   o.timeout = timeout_from_env();
-  if (const char* v = std::getenv("LIBTRAIN_SHM_CHUNK")) {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (*end || n < 4096 || n > (1ull << 30))
-      throw InvalidArgument(std::string("libtrain: LIBTRAIN_SHM_CHUNK='") + v +
-                            "' must be a byte count between 4096 and 1073741824");
-    o.shm_chunk_bytes = n;
-  }
-  if (const char* v = std::getenv("LIBTRAIN_SHM_ONE_PHASE"))
-    o.shm_one_phase_bytes = env_count("LIBTRAIN_SHM_ONE_PHASE", v, "a byte count");
-  if (const char* v = std::getenv("LIBTRAIN_SHM_YIELD_US"))
-    o.shm_yield_us = static_cast<int64_t>(std::min<unsigned long long>(
-        env_count("LIBTRAIN_SHM_YIELD_US", v, "microseconds (0 sleeps at once)"), 60'000'000));
-  if (const char* v = std::getenv("LIBTRAIN_RING_WHOLE"))
-    o.ring_whole_bytes = env_count("LIBTRAIN_RING_WHOLE", v, "a byte count (0: never)");
-  if (const char* v = std::getenv("LIBTRAIN_RING_SPIN_US"))
-    o.ring_spin_us = static_cast<int64_t>(std::min<unsigned long long>(
-        env_count("LIBTRAIN_RING_SPIN_US", v, "microseconds (0 sleeps at once)"), 1'000'000));
-  if (const char* v = std::getenv("LIBTRAIN_CMA_MIN"))
-    o.cma_min_bytes = env_count("LIBTRAIN_CMA_MIN", v, "a byte count (0 turns cross-memory attach off)");
+  o.shm_chunk_bytes = env_whole("LIBTRAIN_SHM_CHUNK", o.shm_chunk_bytes, kMinShmChunk, kMaxShmChunk, "bytes");
+  o.shm_one_phase_bytes = env_whole("LIBTRAIN_SHM_ONE_PHASE", o.shm_one_phase_bytes, 0, kMaxBytes, "bytes");
+  o.shm_yield_us = static_cast<int64_t>(
+      env_whole("LIBTRAIN_SHM_YIELD_US", static_cast<uint64_t>(o.shm_yield_us), 0, kMaxShmYieldUs, "microseconds"));
+  o.ring_whole_bytes = env_whole("LIBTRAIN_RING_WHOLE", o.ring_whole_bytes, 0, kMaxBytes, "bytes");
+  o.ring_spin_us = static_cast<int64_t>(
+      env_whole("LIBTRAIN_RING_SPIN_US", static_cast<uint64_t>(o.ring_spin_us), 0, kMaxRingSpinUs, "microseconds"));
+  o.cma_min_bytes = env_whole("LIBTRAIN_CMA_MIN", o.cma_min_bytes, 0, kMaxBytes, "bytes");
   return o;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "env.h"
 #include "libtrain/bootstrap.h"
 #include "libtrain/errors.h"
 #include "libtrain/nccl.h"
@@ -19,6 +20,7 @@ namespace libtrain {
 namespace {
 
 constexpr size_t kDefaultFusion = 64u << 20;
+constexpr size_t kMaxFusion = size_t{1} << 40;  // 0: no fusion, each tensor alone
 constexpr uint64_t kCheckpointMagic = 0x31544b43544c;  // "LTCKT1"
 
 struct World {
@@ -36,12 +38,7 @@ World& current() {
 }
 
 size_t fusion_from_env() {
-  const char* v = std::getenv("LIBTRAIN_FUSION_BYTES");
-  if (!v || !*v) return kDefaultFusion;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end) throw InvalidArgument(std::string("libtrain: LIBTRAIN_FUSION_BYTES='") + v + "' is not a byte count");
-  return n;
+  return detail::env_whole("LIBTRAIN_FUSION_BYTES", kDefaultFusion, 0, kMaxFusion, "bytes");
 }
 
 }  // namespace
@@ -52,7 +49,7 @@ void init() {
   auto w = std::make_unique<World>();
   CommunicatorOptions opts = CommunicatorOptions::from_env();
   w->boot = bootstrap(opts.timeout);
-  if (const char* pattern = std::getenv("LIBTRAIN_TIMELINE"); pattern && *pattern) {
+  if (const char* pattern = detail::env_text("LIBTRAIN_TIMELINE")) {
     std::string path = Timeline::path_for_rank(pattern, w->boot.rank);
     if (!path.empty()) opts.timeline = std::make_shared<Timeline>(path, w->boot.rank);
   }

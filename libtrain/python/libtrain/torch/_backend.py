@@ -226,7 +226,7 @@ def _make_communicator(store, rank, size, timeout):
     else a timeout= other than c10d's default becomes libtrain's timeout, as it is Gloo's."""
     default = getattr(dist.distributed_c10d, "default_pg_timeout", datetime.timedelta(minutes=30))
     seconds = 0.0
-    if ("LIBTRAIN_TIMEOUT" not in os.environ and isinstance(timeout, datetime.timedelta)
+    if (not os.environ.get("LIBTRAIN_TIMEOUT") and isinstance(timeout, datetime.timedelta)
             and timeout != default and timeout.total_seconds() > 0):
         seconds = timeout.total_seconds()
     return _libtrain.Communicator(_StoreAdapter(store), rank, size, prefix="libtrain/c10d",

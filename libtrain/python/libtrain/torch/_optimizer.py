@@ -9,26 +9,22 @@ below. Buckets launch strictly in bucket order, so every rank issues the same co
 same order whatever order its hooks fire in. step() waits for them (synchronize()), then steps.
 """
 import contextlib
-import os
 import warnings
 
 import torch
 
 from . import _ops
+from .._env import env_whole
 from ._compression import Compression
 
 # Measured on bench/torch: small enough that the first buckets overlap backward, large enough
 # that per-collective latency does not dominate (see bench/torch/README.md).
 _DEFAULT_BUCKET_BYTES = 4 << 20
+_MAX_BUCKET_BYTES = 1 << 40  # as libtrain's other byte counts (src/communicator.cc)
 
 
 def _bucket_bytes():
-    value = os.environ.get("LIBTRAIN_TORCH_BUCKET_BYTES", "")
-    if not value:
-        return _DEFAULT_BUCKET_BYTES
-    if not value.isdigit() or int(value) == 0:
-        raise ValueError(f"libtrain.torch: LIBTRAIN_TORCH_BUCKET_BYTES='{value}' is not a positive byte count")
-    return int(value)
+    return env_whole("LIBTRAIN_TORCH_BUCKET_BYTES", _DEFAULT_BUCKET_BYTES, 1, _MAX_BUCKET_BYTES, "bytes")
 
 
 class _Bucket:
