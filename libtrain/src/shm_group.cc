@@ -92,7 +92,8 @@ std::string ShmGroup::create_name() {
 }
 
 // Every check comes before shm_open; from shm_open on, segment_ owns what exists, so a throw
-// unmaps and (for the leader) unlinks it.
+// unmaps and (for the leader) unlinks it. slot_bytes_ is clamped only so that its rounding cannot
+// overflow before the check below rejects the size.
 ShmGroup::ShmGroup(const std::string& name, bool create, int local_rank, int local_size,
                    size_t slot_bytes, Seconds timeout)
     : slot_bytes_(round_up(std::min(slot_bytes, kMaxSlotBytes), kAlign)), chunk_bytes_(slot_bytes_),
