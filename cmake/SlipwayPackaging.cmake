@@ -36,9 +36,10 @@ foreach(component IN LISTS CPACK_COMPONENTS_ALL)
 endforeach()
 
 # The command and the plugin load these with dlopen on first use (launcher/common/lazy_library.h),
-# out of dpkg-shlibdeps' sight. ISA-L only speeds up gzip; squashfs tools are for .sqsh images.
+# out of dpkg-shlibdeps' sight. ISA-L only speeds up gzip; squashfs tools are for .sqsh images
+# (squashfuse mounts them; without it they are unpacked).
 set(launcher_dlopened "libcurl4, libarchive13, libssl3, libseccomp2")
-set(launcher_recommends "libisal2, squashfs-tools-ng, squashfs-tools")
+set(launcher_recommends "libisal2, squashfs-tools-ng, squashfs-tools, squashfuse")
 
 set(CPACK_DEBIAN_SLIPWAY_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_SLIPWAY_PACKAGE_DEPENDS "${launcher_dlopened}")

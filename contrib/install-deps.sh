@@ -14,9 +14,10 @@ packages=(
   # the sandbox cluster and its registry
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge iproute2 docker-registry skopeo
   umoci debootstrap busybox-static jq procps psmisc util-linux openmpi-bin curl ca-certificates
-  # squashfs images (enroot's format): sqfs2tar reads them, mksquashfs makes the test ones and
+  # squashfs images (enroot's format): squashfuse_ll mounts them, rdsquashfs reads their config,
+  # sqfs2tar unpacks them where FUSE is not usable, mksquashfs makes the test ones and
   # --container-save=*.sqsh
-  squashfs-tools squashfs-tools-ng
+  squashfs-tools squashfs-tools-ng squashfuse
   # local package repositories for the package-manager tests (apt's is written by hand)
   rpm createrepo-c
   # Debian packages of Slipway (contrib/make-debs.sh): dpkg-shlibdeps, lintian; the install test
@@ -28,6 +29,17 @@ packages=(
   # benchmarks' peers, podman:// images, and examples' data
   charliecloud bubblewrap podman uidmap dataset-fashion-mnist apache2-utils openssl zstd pigz
 )
+
+# Squashfs images are mounted with FUSE in the job's user namespace: users need /dev/fuse read and
+# write, mode 0666 as Debian's udev rules leave it. Machines without udev (this VM, CI containers)
+# keep the kernel's 0600; squashfs images would then be unpacked instead (the unit tests expect the
+# mount). Only root can change it.
+fuse_for_users() {
+  if [[ -c /dev/fuse && $(stat -c %a /dev/fuse) != 666 && $(id -u) == 0 ]]; then
+    chmod 0666 /dev/fuse
+  fi
+}
+trap fuse_for_users EXIT
 
 missing=()
 for p in "${packages[@]}"; do

@@ -57,6 +57,7 @@ std::string encode(const launcher::ImportedImage& img) {
   put_list(out, img.config.cmd);
   put(out, img.config.working_dir);
   put(out, img.config.user);
+  put(out, img.squashfs);
   return out;
 }
 
@@ -67,7 +68,7 @@ bool decode(std::string_view in, launcher::ImportedImage& img) {
          take(in, pos, cached) && (img.was_cached = cached == "1", true) &&
          take_list(in, pos, img.config.env) && take_list(in, pos, img.config.entrypoint) &&
          take_list(in, pos, img.config.cmd) && take(in, pos, img.config.working_dir) &&
-         take(in, pos, img.config.user);
+         take(in, pos, img.config.user) && take(in, pos, img.squashfs);
 }
 
 void send(int fd, char type, std::string_view body) {

@@ -163,7 +163,9 @@ Result<launcher::ContainerHolder> start_step_holder(PluginState& st, launcher::L
 }  // namespace
 
 Status start_node_container(spank_t sp, PluginState& st) {
-  const launcher::PlanInput in{.rootfs = st.image->rootfs, .cache_dir = st.cache_dir,
+  const launcher::PlanInput in{.rootfs = st.image->rootfs,
+                               .squashfs_file = st.image->squashfs,
+                               .cache_dir = st.cache_dir,
                                .uid = st.ids->uid, .gid = st.ids->gid,
                                .home = home_of(st.ids->uid), .named_dir = st.named_dir,
                                .node = node_name()};

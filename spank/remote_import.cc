@@ -16,6 +16,7 @@
 #include "log.h"
 #include "plugin_state.h"
 #include "remote_env.h"
+#include "options/container_plan.h"
 #include "runtime/save.h"
 
 namespace slipway::spank {
@@ -47,11 +48,13 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   if (access(creds.c_str(), R_OK) == 0) opts.registry.credentials_file = creds;
   // Progress of a long import (at most a line a second), shown from one node only.
   const bool show_progress = st.first_node;
-  auto work = [ref = *ref, opts, show_progress](
+  const std::string save = st.options.save_path;
+  auto work = [ref = *ref, opts, show_progress, save](
                   const std::function<void(std::string_view)>& progress) mutable {
     if (show_progress) opts.progress = progress;
     // A failed mirror is said from every node: each asks it on its own.
     opts.registry.warn = [progress](const std::string& line) { progress(line); };
+    launcher::choose_squashfs_mount(opts, save);  // as the user: can they open /dev/fuse?
     return launcher::import_image(ref, opts);
   };
   auto image = import_as_user(ids, work, [](std::string_view line) {
@@ -68,7 +71,9 @@ launcher::Result<launcher::ImportedImage> step_image(spank_t sp, PluginState& st
     auto digest = st.running ? launcher::Result<std::string>(st.running->image)
                              : named_container_image(st);
     SLIPWAY_TRY(digest);
-    auto image = launcher::find_cached_image(launcher::NodeCache(st.cache_dir), *digest);
+    auto image = launcher::find_recorded_image(launcher::NodeCache(st.cache_dir), *digest);
+    if (!image.ok() && digest->starts_with("squashfs:"))
+      return image.status().context("container '" + st.options.container_name + "'");
     if (!image.ok())
       return launcher::Status::error(
           "the image of container '" + st.options.container_name +
@@ -88,6 +93,7 @@ launcher::Status setup_step(spank_t sp, PluginState& st) {
     auto image = step_image(sp, st);
     SLIPWAY_TRY(image);
     st.image = std::move(*image);
+    if (!st.image->squashfs.empty()) break;  // mounted from its file: nothing in the cache to hold
     auto in_use = launcher::mark_in_use(launcher::NodeCache(st.cache_dir), st.image->manifest_digest);
     if (in_use.ok()) {
       st.image_in_use = std::move(*in_use);
@@ -149,7 +155,10 @@ int remote_user_init(spank_t sp) {
     return 0;
   }
   log_info("step " + std::to_string(ids->job_id) + "." + std::to_string(ids->step_id) + ": image " +
-           st.image->manifest_digest + (st.image->was_cached ? " (cached)" : " (imported)") +
+           st.image->manifest_digest +
+           (!st.image->squashfs.empty() ? " (mounted)"
+            : st.image->was_cached      ? " (cached)"
+                                        : " (imported)") +
            (st.named_dir.empty() ? "" : ", container '" + st.options.container_name + "'") +
            ", holder " + std::to_string(st.holder.pid()));
   return 0;

@@ -88,6 +88,7 @@ struct Prepared {
 
 // Marks P.image in use; false when an rm or gc removed it since it was imported.
 bool hold_image(Prepared& p, const std::string& cache) {
+  if (!p.image.squashfs.empty()) return true;  // mounted from its file: nothing in the cache
   auto in_use = mark_in_use(NodeCache(cache), p.image.manifest_digest);
   if (in_use.ok()) p.image_in_use.emplace(std::move(*in_use));
   return in_use.ok() || in_use.status().error_number() != ENOENT;  // else: run unmarked
@@ -121,15 +122,19 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   if (p.named && p.named->exists) {
     auto digest = named_container_image(p.named->dir, p.opts.container_name);
     SLIPWAY_TRY(digest);
-    auto img = find_cached_image(NodeCache(cache), *digest);
-    SLIPWAY_TRY(img);
+    auto img = find_recorded_image(NodeCache(cache), *digest);
+    if (!img.ok()) return img.status().context("container '" + p.opts.container_name + "'");
     p.image = std::move(*img);
     hold_image(p, cache);
   } else {
+    ImportOptions io = import_options();
+    choose_squashfs_mount(io, p.opts.save_path);
     // An rm or gc between the import and the mark removes the image: import it again.
     for (int attempt = 0; attempt < 3; ++attempt) {
-      auto img = p.run_dir.empty() ? import_text(p.opts.container_image)
-                                   : import_for_step(p.opts.container_image, p.run_dir);
+      auto ref = parse_text_ref(p.opts.container_image);
+      auto img = !ref.ok()           ? Result<ImportedImage>(ref.status())
+                 : p.run_dir.empty() ? import_image(*ref, io)
+                                     : import_for_step(p.opts.container_image, p.run_dir, io);
       if (!img.ok()) return import_failed(p.opts.container_image, img.status());
       p.image = std::move(*img);
       if (hold_image(p, cache)) break;
@@ -137,6 +142,7 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
     if (p.named) SLIPWAY_TRY(record_named_container_image(p.named->dir, p.image.manifest_digest));
   }
   in.rootfs = p.image.rootfs;
+  in.squashfs_file = p.image.squashfs;
   SLIPWAY_TRY(make_private_dirs(cache + "/mnt"));
   auto spec = plan_container(p.opts, SiteDefaults{.mount_home = env_flag("SLIPWAY_MOUNT_HOME", true),
                                                     .remap_root = env_flag("SLIPWAY_REMAP_ROOT", false),

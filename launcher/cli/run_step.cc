@@ -51,10 +51,10 @@ Result<FileLock> lock_step_dir(const std::string& run_dir) {
 // registry request once it is cached. The registry sees one manifest request per node and step
 // instead of one per task, and the tasks of a node run the same bytes even if the tag moves
 // meanwhile. (Across nodes only the plugin, which resolves the tag in srun, pins a job's digest.)
-Result<ImportedImage> import_for_step(const std::string& text, const std::string& run_dir) {
+Result<ImportedImage> import_for_step(const std::string& text, const std::string& run_dir,
+                                      const ImportOptions& opts) {
   auto ref = parse_text_ref(text);
   SLIPWAY_TRY(ref);
-  const ImportOptions opts = import_options();
   if (ref->kind != ImageRef::Kind::kRegistry || !ref->digest.empty()) return import_image(*ref, opts);
   auto lock = lock_step_dir(run_dir);
   SLIPWAY_TRY(lock);

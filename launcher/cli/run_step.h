@@ -31,7 +31,8 @@ std::string step_run_dir(const std::string& cache);
 Result<FileLock> lock_step_dir(const std::string& run_dir);
 
 // The image TEXT names, resolved once per node and step (the first task pins the digest).
-Result<ImportedImage> import_for_step(const std::string& text, const std::string& run_dir);
+Result<ImportedImage> import_for_step(const std::string& text, const std::string& run_dir,
+                                      const ImportOptions& opts);
 
 // The entrypoint's outcome, written by the task that ran it and read by the node's others.
 Status record_entrypoint(const std::string& run_dir, const Result<EntrypointRun>& r);

@@ -22,6 +22,7 @@
 #include "common/unique_fd.h"
 #include "dl/gpu.h"
 #include "dl/ld_cache.h"
+#include "runtime/squashfs_mount.h"
 
 namespace slipway::launcher {
 namespace {
@@ -176,6 +177,42 @@ Finding check_overlay_in_userns() {
           "use a kernel >= 5.11 (overlayfs in user namespaces)"};
 }
 
+// A FUSE mount inside a user namespace, as a squashfs image gets one (no daemon needed: the mount
+// itself is what the kernel may refuse), and squashfuse_ll to serve it.
+Finding check_fuse_in_userns() {
+  const std::string why = squashfs_mount_unavailable();
+  const std::string fix = "apt install squashfuse; /dev/fuse mode 0666 (Debian's default)";
+  if (geteuid() != 0 && !why.empty())
+    return {"fuse", Verdict::kWarn, "squashfs images are unpacked, not mounted: " + why, fix};
+  char tmpl[] = "/tmp/slipway-doctor.XXXXXX";
+  if (!mkdtemp(tmpl)) return {"fuse", Verdict::kWarn, "cannot create a scratch dir in /tmp", ""};
+  const std::string dir = tmpl;
+  chmod(dir.c_str(), 0777);  // the probe may run as nobody
+  auto r = in_child([&](std::string& msg) {
+    become_unprivileged();
+    if (int e = enter_userns(msg)) return msg = "userns", e;
+    const int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (fd < 0) return msg = "open /dev/fuse", errno;
+    const std::string opts = "fd=" + std::to_string(fd) + ",rootmode=40000,user_id=" +
+                             std::to_string(getuid()) + ",group_id=" + std::to_string(getgid());
+    if (mount("slipway-doctor", dir.c_str(), "fuse.squashfuse", MS_RDONLY, opts.c_str()) != 0)
+      return msg = "mount FUSE", errno;
+    return 0;
+  });
+  rmdir(dir.c_str());
+  if (r.message == "userns")
+    return {"fuse", Verdict::kSkip, "not tried: user namespaces do not work", ""};
+  if (r.err != 0)
+    return {"fuse", Verdict::kWarn,
+            "squashfs images are unpacked, not mounted: cannot " + r.message +
+                " inside a user namespace: " + strerror(r.err),
+            fix};
+  if (!why.empty())
+    return {"fuse", Verdict::kWarn, "squashfs images are unpacked, not mounted: " + why, fix};
+  return {"fuse", Verdict::kOk, "squashfs images are mounted (FUSE in a user namespace, squashfuse_ll)",
+          ""};
+}
+
 Finding check_cache_dir(const std::string& dir) {
   std::string probe = dir;
   while (!probe.empty() && !is_dir(probe)) probe = probe.substr(0, probe.rfind('/'));
@@ -288,7 +325,8 @@ std::vector<Finding> check_host_libs(const std::vector<HostLibSet>& sets) {
 }
 
 std::vector<Finding> run_doctor(const DoctorOptions& o) {
-  std::vector<Finding> out{check_user_namespaces(), check_overlay_in_userns()};
+  std::vector<Finding> out{check_user_namespaces(), check_overlay_in_userns(),
+                           check_fuse_in_userns()};
   if (!o.cache_dir.empty()) out.push_back(check_cache_dir(o.cache_dir));
   for (const auto& r : o.registries) out.push_back(check_registry(r, o.timeout_ms));
   out.push_back(check_slurm_pmix(o.slurm_plugin_dir));

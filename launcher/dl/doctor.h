@@ -35,6 +35,7 @@ std::vector<Finding> run_doctor(const DoctorOptions& opts);
 // Individual checks, for the plugin and tests.
 Finding check_user_namespaces();
 Finding check_overlay_in_userns();
+Finding check_fuse_in_userns();  // squashfs images mounted (runtime/squashfs_mount.h)
 Finding check_cache_dir(const std::string& dir);
 Finding check_registry(const std::string& host_port, int timeout_ms);
 Finding check_slurm_pmix(const std::string& plugin_dir);

@@ -42,14 +42,26 @@ struct ImportOptions {
   // REF.digest, ignored otherwise. Empty: fetch the manifest if the image is not cached.
   std::string manifest;
   size_t parallel_downloads = 4;  // layer blobs fetched at once (each on its own connection)
+  // A squashfs file given as the image is mounted by the container (runtime/squashfs_mount.h)
+  // instead of unpacked into the cache. The caller sets this where it can mount it: FUSE usable,
+  // and no --container-save as an OCI archive, which needs the image's layers.
+  bool mount_squashfs = false;
+  std::string why_not_mount;  // why not, said once (registry.warn) if the image is a squashfs file
 };
 
 struct ImportedImage {
+  // The image's identity in records (running instances, named containers): its manifest digest,
+  // or for a squashfs file to mount, "squashfs:" and its path (squashfs_identity()).
   std::string manifest_digest;
-  std::string rootfs;
+  std::string rootfs;  // the unpacked root in the cache; empty for a squashfs file to mount
   ImageConfig config;
   bool was_cached = false;
+  std::string squashfs = {};  // the squashfs file to mount (absolute), or empty
 };
+
+// The identity of the squashfs file PATH as an image to mount: "squashfs:" and PATH with every
+// byte but [A-Za-z0-9/._+-] as %XX, so records that split on blanks keep it whole.
+std::string squashfs_identity(const std::string& path);
 
 // REF.digest may be set already (the plugin resolves it once per job): then a cached image costs
 // no request at all, and an uncached one no manifest-by-tag request (none at all with
@@ -67,5 +79,9 @@ inline Status import_failed(const std::string& text, const Status& cause) {
 
 // The published image MANIFEST_DIGEST in the cache, if it is there (no lock, no network).
 Result<ImportedImage> find_cached_image(const NodeCache& cache, std::string_view manifest_digest);
+
+// The image a record names (ImportedImage::manifest_digest): find_cached_image() for a digest,
+// the squashfs file read again for squashfs_identity(), which must still be there.
+Result<ImportedImage> find_recorded_image(const NodeCache& cache, std::string_view identity);
 
 }  // namespace slipway::launcher

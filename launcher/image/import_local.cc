@@ -425,8 +425,15 @@ Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOption
     // O_NONBLOCK: a FIFO given as the image must not hang the step (it is refused below).
     UniqueFd fd(::open(ref.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     struct stat st;
-    if (fd.valid() && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && is_squashfs(fd.get()))
+    if (fd.valid() && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && is_squashfs(fd.get())) {
+      if (std::string why = squashfs_damage(ref.path, fd.get()); !why.empty())
+        return Status::error(why, EBADMSG);
+      if (opts.mount_squashfs) return squashfs_image_to_mount(ref.path, fd.get());
+      if (!opts.why_not_mount.empty() && opts.registry.warn)
+        opts.registry.warn("squashfs image '" + image + "' is unpacked, not mounted: " +
+                           opts.why_not_mount);
       return import_squashfs_image(ref.path, fd.get(), opts, progress);
+    }
   }
   SLIPWAY_TRY(archive_library().load());
   SLIPWAY_TRY(crypto_library().load());

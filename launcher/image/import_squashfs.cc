@@ -15,12 +15,15 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
@@ -149,6 +152,116 @@ std::vector<std::string> parse_environment_file(std::string_view text) {
     env.push_back(std::string(name) + "=" + std::string(value));
   }
   return env;
+}
+
+std::string squashfs_damage(const std::string& image, int fd) {
+  // The superblock (squashfs 4.0): bytes_used, the filesystem's length, at offset 40.
+  unsigned char sb[96];
+  struct stat st;
+  if (::pread(fd, sb, sizeof sb, 0) != sizeof sb || ::fstat(fd, &st) == -1)
+    return "squashfs image '" + image + "' is truncated (no whole superblock); copy it again";
+  uint64_t used = 0;
+  for (int i = 7; i >= 0; --i) used = (used << 8) | sb[40 + i];
+  const uint16_t major = static_cast<uint16_t>(sb[28] | (sb[29] << 8));
+  if (major != 4)
+    return "squashfs image '" + image + "' is squashfs version " + std::to_string(major) +
+           ", not 4; write it again with mksquashfs 4";
+  if (static_cast<uint64_t>(st.st_size) < used)
+    return "squashfs image '" + image + "' is truncated: " + std::to_string(st.st_size) +
+           " bytes of the " + std::to_string(used) + " its superblock names; copy it again";
+  return "";
+}
+
+namespace {
+
+// Runs rdsquashfs ARGS on the squashfs at FD; its output, nullopt where the file is absent or not
+// a regular file there, or the error.
+Result<std::optional<std::string>> read_squashfs(const std::string& image, int fd,
+                                                 const std::vector<std::string>& args) {
+  const std::string tool = find_tool("rdsquashfs");
+  if (tool.empty())
+    return Status::error("image '" + image + "' is a squashfs file (enroot's format); reading it "
+                         "needs rdsquashfs: install squashfs-tools-ng on the nodes",
+                         ENOENT);
+  UniqueFd out(::memfd_create("slipway-rdsquashfs", MFD_CLOEXEC));
+  if (!out.valid()) return Status::from_errno("memfd_create", errno);
+  std::vector<std::string> argv = {tool};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("/proc/self/fd/" + std::to_string(fd));
+  std::string why = run_tool(argv, out.get(), fd, kMaxEnvironmentFile + 1);
+  if (why.starts_with(argv.back() + ": ")) why.erase(0, argv.back().size() + 2);  // its input
+  while (!why.empty() && why.back() == '.') why.pop_back();
+  if (why.find("no such file or directory") != std::string::npos ||
+      why.find("not a regular file") != std::string::npos)
+    return std::optional<std::string>();
+  if (!why.empty())
+    return Status::error("cannot read squashfs image '" + image + "': rdsquashfs: " + why, EBADMSG);
+  struct stat st;
+  if (::fstat(out.get(), &st) == -1) return Status::from_errno("fstat", errno);
+  if (static_cast<uint64_t>(st.st_size) > kMaxEnvironmentFile)
+    return Status::error("image '" + image + "': " + args.back() + " says more than 64 KiB", EFBIG);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  if (::pread(out.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+    return Status::from_errno("read rdsquashfs's output", errno);
+  return std::optional<std::string>(std::move(text));
+}
+
+}  // namespace
+
+Result<ImportedImage> squashfs_image_to_mount(const std::string& image, int fd) {
+  ImportedImage img;
+  img.squashfs = image;
+  if (image.empty() || image[0] != '/') {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return Status::from_errno("getcwd", errno);
+    img.squashfs = std::string(cwd) + "/" + image;
+  }
+  img.manifest_digest = squashfs_identity(img.squashfs);
+  img.was_cached = true;
+  // enroot's runtime files, as enroot_config() reads them from the tar.
+  auto env = read_squashfs(image, fd, {"-c", "/etc/environment"});
+  SLIPWAY_TRY(env);
+  if (*env) img.config.env = parse_environment_file(**env);
+  auto rc = read_squashfs(image, fd, {"-s", "/etc/rc"});
+  SLIPWAY_TRY(rc);
+  if (*rc && (*rc)->find("Inode type: file\n") != std::string::npos) img.config.entrypoint = {"/etc/rc"};
+  return img;
+}
+
+std::string squashfs_identity(const std::string& path) {
+  std::string id = "squashfs:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || std::strchr("/._+-", c)) {
+      id += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      id += hex;
+    }
+  }
+  return id;
+}
+
+Result<ImportedImage> find_recorded_image(const NodeCache& cache, std::string_view identity) {
+  if (!identity.starts_with("squashfs:")) return find_cached_image(cache, identity);
+  std::string path;
+  for (size_t i = 9; i < identity.size(); ++i) {
+    if (identity[i] == '%' && i + 2 < identity.size()) {
+      path += static_cast<char>(std::stoi(std::string(identity.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      path += identity[i];
+    }
+  }
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  struct stat st;
+  if (!fd.valid() || ::fstat(fd.get(), &st) == -1)
+    return Status::error("squashfs image '" + path + "': " + strerror(errno), errno);
+  if (!S_ISREG(st.st_mode) || !is_squashfs(fd.get()))
+    return Status::error("squashfs image '" + path + "' is no longer a squashfs file", EINVAL);
+  if (std::string why = squashfs_damage(path, fd.get()); !why.empty())
+    return Status::error(why, EBADMSG);
+  return squashfs_image_to_mount(path, fd.get());
 }
 
 Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,

@@ -22,6 +22,14 @@ bool is_squashfs(int fd);
 // and surrounding quotes handled; lines naming host variables (${VAR}) and invalid names left out.
 std::vector<std::string> parse_environment_file(std::string_view text);
 
+// "" when the file behind FD, a squashfs, is whole; else why not (truncated: shorter than its
+// superblock says), in words for IMAGE.
+std::string squashfs_damage(const std::string& image, int fd);
+
+// The squashfs file IMAGE, open as FD, as an image to mount (ImportOptions::mount_squashfs): its
+// absolute path, and enroot's runtime config read from it (rdsquashfs, as the calling user).
+Result<ImportedImage> squashfs_image_to_mount(const std::string& image, int fd);
+
 // Imports the squashfs file IMAGE, open as FD (read as the calling user), into OPTS.cache_dir,
 // whose layout exists. Needs sqfs2tar (squashfs-tools-ng) on the node.
 Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,

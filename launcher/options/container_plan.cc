@@ -10,6 +10,8 @@
 
 #include "common/file_util.h"
 #include "image/fs_beneath.h"
+#include "runtime/save.h"
+#include "runtime/squashfs_mount.h"
 
 namespace slipway::launcher {
 namespace {
@@ -51,6 +53,7 @@ Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& si
                                   const PlanInput& in) {
   LaunchSpec spec;
   spec.rootfs = in.rootfs;
+  spec.squashfs_file = in.squashfs_file;
   spec.scratch_dir = in.cache_dir + "/mnt";
   spec.uid = in.uid;
   spec.gid = in.gid;
@@ -199,6 +202,17 @@ Result<NamedContainer> open_named_container(const JobOptions& o, const std::stri
                          ENOENT);
   if (!nc.exists && !nc.running) SLIPWAY_TRY(make_private_dirs(nc.dir));
   return nc;
+}
+
+void choose_squashfs_mount(ImportOptions& opts, const std::string& save_path) {
+  if (!save_path.empty() && !is_squashfs_path(save_path)) {
+    opts.mount_squashfs = false;
+    opts.why_not_mount = "--container-save=" + save_path + " writes an OCI archive, which needs "
+                         "the image's layers";
+    return;
+  }
+  opts.why_not_mount = squashfs_mount_unavailable();
+  opts.mount_squashfs = opts.why_not_mount.empty();
 }
 
 Result<std::string> named_container_image(const std::string& dir, const std::string& name) {

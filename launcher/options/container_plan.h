@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "image/cache.h"
+#include "image/import.h"
 #include "options/container_instances.h"
 #include "options/job_options.h"
 #include "runtime/container.h"
@@ -30,6 +31,7 @@ struct SiteDefaults {
 
 struct PlanInput {
   std::string rootfs;     // the image's unpacked root in the node cache
+  std::string squashfs_file;  // or the squashfs image file to mount (LaunchSpec::squashfs_file)
   std::string cache_dir;  // the user's node cache (its mnt/ is the private mount point)
   uid_t uid = 0;
   gid_t gid = 0;
@@ -60,6 +62,11 @@ inline constexpr int kNamedLockWaitS = 120;
 Result<NamedContainer> open_named_container(const JobOptions& opts, const std::string& scope_dir,
                                             const std::string& node, int wait_s = kNamedLockWaitS);
 // The manifest digest of the image a named container was made from / records it.
+// Whether a squashfs file given as the image is mounted (OPTS.mount_squashfs) or unpacked, and
+// why not, for a step saving to SAVE_PATH ("": none). Call it as the job user, who must be able
+// to open /dev/fuse.
+void choose_squashfs_mount(ImportOptions& opts, const std::string& save_path);
+
 Result<std::string> named_container_image(const std::string& dir, const std::string& name);
 Status record_named_container_image(const std::string& dir, const std::string& digest);
 

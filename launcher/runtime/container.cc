@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "runtime/mounts.h"
+#include "runtime/squashfs_mount.h"
 
 namespace slipway::launcher {
 namespace {
@@ -65,10 +66,10 @@ Status unshare_optional(const LaunchSpec& spec) {
   return Status();
 }
 
-Status enter_namespaces(const LaunchSpec& spec) {
-  // slurmstepd set our uid, which cleared the dumpable flag and left /proc/self/uid_map owned by
-  // root; make it ours again (execve(2) resets the flag before the user's program runs).
-  SLIPWAY_SYS(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)");
+// A new user namespace in which the caller is INNER_UID/INNER_GID (OUTER_UID/OUTER_GID, as the
+// parent namespace knows them, which must be the caller's own), and a mount namespace it owns.
+Status new_user_and_mount_namespace(uid_t inner_uid, gid_t inner_gid, uid_t outer_uid,
+                                    gid_t outer_gid) {
   if (unshare(CLONE_NEWUSER | CLONE_NEWNS) == -1) {
     int e = errno;
     return Status::error(std::string("cannot create a user namespace: ") + strerror(e) +
@@ -79,16 +80,37 @@ Status enter_namespaces(const LaunchSpec& spec) {
                                   : ""),
                          e);
   }
-  const uid_t inner_uid = spec.remap_root ? 0 : spec.uid;
-  const gid_t inner_gid = spec.remap_root ? 0 : spec.gid;
   // An unprivileged writer must deny setgroups(2) before it may write gid_map.
   SLIPWAY_TRY(write_proc_file("/proc/self/setgroups", "deny"));
   SLIPWAY_TRY(write_proc_file("/proc/self/uid_map",
-                              std::to_string(inner_uid) + " " + std::to_string(spec.uid) + " 1\n"));
+                              std::to_string(inner_uid) + " " + std::to_string(outer_uid) + " 1\n"));
   SLIPWAY_TRY(write_proc_file("/proc/self/gid_map",
-                              std::to_string(inner_gid) + " " + std::to_string(spec.gid) + " 1\n"));
+                              std::to_string(inner_gid) + " " + std::to_string(outer_gid) + " 1\n"));
   // Nothing we mount may propagate back to the node, and pivot_root refuses shared mounts.
   SLIPWAY_SYS(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), "make / private");
+  return Status();
+}
+
+Status enter_namespaces(const LaunchSpec& spec) {
+  // slurmstepd set our uid, which cleared the dumpable flag and left /proc/self/uid_map owned by
+  // root; make it ours again (execve(2) resets the flag before the user's program runs).
+  SLIPWAY_SYS(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)");
+  const uid_t inner_uid = spec.remap_root ? 0 : spec.uid;
+  const gid_t inner_gid = spec.remap_root ? 0 : spec.gid;
+  if (spec.squashfs_file.empty()) {
+    SLIPWAY_TRY(new_user_and_mount_namespace(inner_uid, inner_gid, spec.uid, spec.gid));
+    return unshare_optional(spec);
+  }
+  // A squashfs image is mounted one user namespace further out, where the user is root: its
+  // files, root's in the file (what enroot and --container-save write), are then the user's own,
+  // as an unpacked image's are, and the container's namespace inside it sees them as its own
+  // user's (or root's, remapped). The mount sits on the scratch directory out there, where
+  // mount_overlay_root() clones it from.
+  SLIPWAY_TRY(new_user_and_mount_namespace(0, 0, spec.uid, spec.gid));
+  Status mounted = mount_squashfs(spec.squashfs_file, spec.scratch_dir);
+  if (!mounted.ok())
+    return mounted.context("cannot mount squashfs image '" + spec.squashfs_file + "'");
+  SLIPWAY_TRY(new_user_and_mount_namespace(inner_uid, inner_gid, 0, 0));
   return unshare_optional(spec);
 }
 
@@ -98,14 +120,28 @@ bool has_overlay_special_chars(const std::string& p) {
 
 // tmpfs on the scratch dir, holding the overlay's upper and work dirs and its mount point.
 Result<std::string> mount_overlay_root(const LaunchSpec& spec) {
-  if (has_overlay_special_chars(spec.rootfs) || has_overlay_special_chars(spec.scratch_dir))
-    return Status::error("image path '" + spec.rootfs + "' contains ',', ':' or '\\'; set a plain "
-                         "cache directory", EINVAL);
+  for (const std::string* p : {&spec.rootfs, &spec.scratch_dir})
+    if (has_overlay_special_chars(*p))
+      return Status::error("image path '" + *p + "' contains ',', ':' or '\\'; set a plain cache "
+                           "directory", EINVAL);
   const std::string& s = spec.scratch_dir;
+  // A squashfs image's mount (enter_namespaces()) moves from under the tmpfs to lower/ in it.
+  UniqueFd squashfs;
+  if (!spec.squashfs_file.empty()) {
+    squashfs.reset(open_tree(AT_FDCWD, s.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+    if (!squashfs.valid()) return Status::from_errno("clone the squashfs image's mount", errno);
+  }
   SLIPWAY_SYS(mount("slipway", s.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"),
               "mount tmpfs on " + s);
   for (const char* d : {"/upper", "/work", "/root"})
     SLIPWAY_SYS(mkdir((s + d).c_str(), 0755), "mkdir " + s + d);
+  std::string lower = spec.rootfs;
+  if (squashfs.valid()) {
+    lower = s + "/lower";
+    SLIPWAY_SYS(mkdir(lower.c_str(), 0755), "mkdir " + lower);
+    SLIPWAY_SYS(move_mount(squashfs.get(), "", AT_FDCWD, lower.c_str(), MOVE_MOUNT_F_EMPTY_PATH),
+                "attach the squashfs image at " + lower);
+  }
   // A named container keeps its changes on disk, in its own directory, across steps.
   const std::string& layer = spec.persistent_dir.empty() ? s : spec.persistent_dir;
   if (!spec.persistent_dir.empty()) {
@@ -115,7 +151,7 @@ Result<std::string> mount_overlay_root(const LaunchSpec& spec) {
       if (mkdir((layer + d).c_str(), 0700) == -1 && errno != EEXIST)
         return Status::from_errno("mkdir " + layer + d, errno);
   }
-  std::string opts = "lowerdir=" + spec.rootfs + ",upperdir=" + layer + "/upper,workdir=" + layer +
+  std::string opts = "lowerdir=" + lower + ",upperdir=" + layer + "/upper,workdir=" + layer +
                      "/work";
   const std::string root = s + "/root";
   // userxattr: keep overlay metadata in user.* xattrs, the only ones a user namespace may write
@@ -371,8 +407,10 @@ Status furnish_root(const std::string& root, const LaunchSpec& spec) {
 }
 
 Status check_spec(const LaunchSpec& spec) {
-  if (spec.rootfs.empty() || spec.rootfs[0] != '/' || spec.scratch_dir.empty())
-    return Status::error("container spec needs an absolute rootfs and a scratch directory", EINVAL);
+  const std::string& image = spec.squashfs_file.empty() ? spec.rootfs : spec.squashfs_file;
+  if (image.empty() || image[0] != '/' || spec.scratch_dir.empty())
+    return Status::error("container spec needs an absolute image path and a scratch directory",
+                         EINVAL);
   return Status();
 }
 

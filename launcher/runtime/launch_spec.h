@@ -34,6 +34,8 @@ struct GeneratedFile {
 
 struct LaunchSpec {
   std::string rootfs;       // the unpacked image (never modified: an overlay sits on top)
+  std::string squashfs_file;  // instead of rootfs: a squashfs image file, mounted read-only as
+                              // the overlay's lower layer (runtime/squashfs_mount.h)
   std::string scratch_dir;  // an existing directory owned by the user, used as a private mount point
   uid_t uid = 0;            // the job user outside
   gid_t gid = 0;

@@ -142,6 +142,11 @@ Status save_container(const SaveRequest& req) {
   Status st;
   if (is_squashfs_path(req.output_path)) {
     st = save_squashfs(req);
+  } else if (req.manifest_digest.starts_with("squashfs:")) {
+    // A mounted squashfs image has no layers to put in an archive (the import unpacks it when
+    // the step saves as an archive; a named container made before keeps its mounted image).
+    st = Status::error("its image is a mounted squashfs file, which has no OCI layers; save it as "
+                       "squashfs (--container-save=PATH.sqsh)", EINVAL);
   } else {
     SnapshotRequest snap;
     snap.cache_dir = req.cache_dir;

@@ -112,6 +112,43 @@ START_TEST(squashfs_imports_with_enroot_config) {
 }
 END_TEST
 
+// To be mounted: nothing goes into the cache; the config is read from the file all the same, and
+// the identity (what records keep) finds the same image again, blanks in the path included.
+START_TEST(squashfs_to_mount_reads_its_config_and_touches_no_cache) {
+  Sandbox sb;
+  std::string work = sb.base + "-work";
+  mkdir(work.c_str(), 0700);
+  const std::string sqsh = work + "/my image%.sqsh";
+  ck_assert_int_eq(rename(make_squashfs(work, true).c_str(), sqsh.c_str()), 0);
+  ImportOptions o = options(sb);
+  o.mount_squashfs = true;
+  auto img = import_image(*parse_image_ref(sqsh), o);
+  ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+  ASSERT_SAME_STR(img->squashfs, sqsh);
+  ck_assert(img->rootfs.empty());
+  ASSERT_SAME_STR(img->manifest_digest, squashfs_identity(sqsh));
+  ck_assert(img->manifest_digest.find(' ') == std::string::npos);
+  std::vector<std::string> env = {"PATH=/usr/local/bin:/bin", "QUOTED=a b", "EXPORTED=yes"};
+  ck_assert_int_eq(img->config.env.size(), env.size());
+  for (size_t i = 0; i < env.size(); ++i) ASSERT_SAME_STR(img->config.env[i], env[i]);
+  ck_assert_int_eq(img->config.entrypoint.size(), 1);
+  for (const char* d : {"/images", "/blobs/sha256", "/tmp", "/squashfs"})
+    ck_assert_int_eq(count_entries(sb.root + "/cache" + d), 0);
+  auto found = find_recorded_image(NodeCache(o.cache_dir), img->manifest_digest);
+  ck_assert_msg(found.ok(), "%s", found.status().message().c_str());
+  ASSERT_SAME_STR(found->squashfs, sqsh);
+  ck_assert_int_eq(found->config.env.size(), env.size());
+  // Gone: the record names the file in its error.
+  run("rm '" + sqsh + "'");
+  auto gone = find_recorded_image(NodeCache(o.cache_dir), img->manifest_digest);
+  ck_assert(!gone.ok());
+  ck_assert_msg(gone.status().message().find("squashfs image '" + sqsh + "': No such file") == 0, "%s",
+                gone.status().message().c_str());
+  remove_all(work);
+  ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
 START_TEST(squashfs_without_rc_has_no_entrypoint) {
   Sandbox sb;
   std::string work = sb.base + "-work";
@@ -128,12 +165,29 @@ START_TEST(corrupt_squashfs_and_bombs_publish_nothing) {
   std::string work = sb.base + "-work";
   mkdir(work.c_str(), 0700);
   std::string sqsh = make_squashfs(work, false);
-  // Cut after the superblock: the magic is there, the tables it points to are not.
-  run("truncate -s 100 " + sqsh);
-  auto cut = import_image(*parse_image_ref(sqsh), options(sb));
-  ck_assert(!cut.ok());
-  ck_assert_msg(cut.status().message().find("cannot read squashfs image '" + sqsh + "': sqfs2tar: ") == 0,
-                "%s", cut.status().message().c_str());
+  // Cut after the superblock: the magic is there, the tables it points to are not. Found
+  // before any tool runs, whether the file would be mounted or unpacked.
+  run("cp " + sqsh + " " + work + "/whole.sqsh && truncate -s 100 " + sqsh);
+  for (bool mount : {false, true}) {
+    ImportOptions o = options(sb);
+    o.mount_squashfs = mount;
+    auto cut = import_image(*parse_image_ref(sqsh), o);
+    ck_assert(!cut.ok());
+    ck_assert_msg(cut.status().message().find("squashfs image '" + sqsh + "' is truncated: 100 bytes of the ") == 0,
+                  "%s", cut.status().message().c_str());
+  }
+  // Whole length, tables zeroed: sqfs2tar (unpack) and rdsquashfs (mount) say what is wrong.
+  run("cp " + work + "/whole.sqsh " + sqsh + " && dd if=/dev/zero of=" + sqsh +
+      " bs=1 seek=$(( $(od -An -t u8 -j 40 -N 8 " + sqsh + ") - 300 )) count=300 conv=notrunc status=none");
+  for (bool mount : {false, true}) {
+    ImportOptions o = options(sb);
+    o.mount_squashfs = mount;
+    auto bad = import_image(*parse_image_ref(sqsh), o);
+    ck_assert(!bad.ok());
+    const std::string want = "cannot read squashfs image '" + sqsh + (mount ? "': rdsquashfs: " : "': sqfs2tar: ");
+    ck_assert_msg(bad.status().message().find(want) == 0 && bad.status().message().find('\n') == std::string::npos,
+                  "%s", bad.status().message().c_str());
+  }
   ck_assert_int_eq(count_entries(sb.root + "/cache/images"), 0);
   ck_assert_int_eq(count_entries(sb.root + "/cache/tmp"), 0);
   ck_assert_int_eq(count_entries(sb.root + "/cache/squashfs"), 0);
@@ -162,6 +216,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, environment_file_lines);
   tcase_add_test(tc, squashfs_imports_with_enroot_config);
   tcase_add_test(tc, squashfs_without_rc_has_no_entrypoint);
+  tcase_add_test(tc, squashfs_to_mount_reads_its_config_and_touches_no_cache);
   tcase_add_test(tc, corrupt_squashfs_and_bombs_publish_nothing);
   suite_add_tcase(s, tc);
   return s;

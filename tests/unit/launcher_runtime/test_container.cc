@@ -261,6 +261,93 @@ START_TEST(holder_reports_build_errors) {
 }
 END_TEST
 
+// A squashfs of the test rootfs (root's files, as enroot and --container-save write them).
+static LaunchSpec squashfs_spec() {
+  ck_assert_msg(access("/usr/bin/mksquashfs", X_OK) == 0 && access("/usr/bin/squashfuse_ll", X_OK) == 0,
+                "mksquashfs or squashfuse_ll missing: run contrib/install-deps.sh");
+  struct stat st;
+  ck_assert_msg(stat("/dev/fuse", &st) == 0 && (st.st_mode & 0666) == 0666,
+                "/dev/fuse is not mode 0666: run contrib/install-deps.sh");
+  const std::string sqsh = g_base + "/image.sqsh";
+  const std::string cmd = "mksquashfs " + g_base + "/rootfs " + sqsh + " -all-root -noappend -quiet >/dev/null";
+  ck_assert_int_eq(system(cmd.c_str()), 0);
+  LaunchSpec s = spec_for_user();
+  s.rootfs.clear();
+  s.squashfs_file = sqsh;
+  return s;
+}
+
+// The squashfuse_ll processes of kUser still running (zombies, which hold nothing, aside: this
+// machine's pid 1 reaps them late).
+static int daemons_left() {
+  usleep(200 * 1000);  // SIGKILL from PR_SET_PDEATHSIG is delivered, not awaited
+  std::string cmd = "ps -o stat=,comm= -u " + std::to_string(kUser) +
+                    " | grep -v '^Z' | grep -qw squashfuse_ll";
+  return system(cmd.c_str()) == 0 ? 1 : 0;
+}
+
+START_TEST(squashfs_image_is_mounted_with_the_users_files) {
+  LaunchSpec s = squashfs_spec();
+  int rc = in_container(s, [] {
+    struct stat st;
+    if (stat("/etc/slipway-image", &st) != 0) return 1;
+    if (st.st_uid != kUser) return 2;  // root's in the file, the user's in the container
+    std::ifstream in("/etc/slipway-image");
+    std::string line;
+    if (!std::getline(in, line) || line != "test") return 3;
+    int fd = open("/newfile", O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0 || errno != EROFS) return 4;
+    // Nothing of the host's below: the image is the root.
+    return access("/usr/bin/cmake", F_OK) == 0 ? 5 : 0;
+  });
+  ck_assert_int_eq(expect_rc(rc), 0);
+  ck_assert_int_eq(daemons_left(), 0);
+  s.remap_root = true;
+  s.writable = true;
+  rc = in_container(s, [] {
+    struct stat st;
+    if (getuid() != 0 || stat("/etc/slipway-image", &st) != 0 || st.st_uid != 0) return 1;
+    int fd = open("/etc/slipway-image", O_WRONLY | O_TRUNC);  // copied up from the mount
+    if (fd < 0 || write(fd, "changed", 7) != 7) return 2;
+    close(fd);
+    return 0;
+  });
+  ck_assert_int_eq(expect_rc(rc), 0);
+  ck_assert_int_eq(daemons_left(), 0);
+}
+END_TEST
+
+START_TEST(corrupt_squashfs_is_one_line_and_leaves_nothing) {
+  LaunchSpec s = squashfs_spec();
+  // The tables (at the end, before the superblock's bytes_used) zeroed: the superblock still
+  // says squashfs, squashfuse_ll refuses the rest.
+  uint64_t used = 0;
+  {
+    std::ifstream in(s.squashfs_file, std::ios::binary);
+    in.seekg(40);
+    in.read(reinterpret_cast<char*>(&used), sizeof used);  // little-endian, as x86
+  }
+  ck_assert_uint_gt(used, 4096);
+  const std::string cmd = "dd if=/dev/zero of=" + s.squashfs_file + " bs=1 seek=" +
+                          std::to_string(used - 2048) + " count=2048 conv=notrunc status=none";
+  ck_assert_int_eq(system(cmd.c_str()), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgroups(0, nullptr) || setgid(kUser) || setuid(kUser))) _exit(90);
+    auto st = slipway::launcher::enter_container(s);
+    if (st.ok()) _exit(1);
+    fprintf(stderr, "%s\n", st.message().c_str());
+    const std::string want = "cannot mount squashfs image '" + s.squashfs_file + "': ";
+    _exit(st.message().rfind(want, 0) == 0 && st.message().find('\n') == std::string::npos ? 0 : 2);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ck_assert(WIFEXITED(status));
+  ck_assert_int_eq(WEXITSTATUS(status), 0);
+  ck_assert_int_eq(daemons_left(), 0);
+}
+END_TEST
+
 Suite* make_suite(void) {
   if (!userns_available()) {
     printf("SKIPPED: unprivileged user namespaces are not available (user.max_user_namespaces)\n");
@@ -276,6 +363,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, missing_workdir_is_a_clear_error);
   tcase_add_test(tc, tasks_share_one_container_with_private_views);
   tcase_add_test(tc, holder_reports_build_errors);
+  tcase_add_test(tc, squashfs_image_is_mounted_with_the_users_files);
+  tcase_add_test(tc, corrupt_squashfs_is_one_line_and_leaves_nothing);
   suite_add_tcase(s, tc);
   return s;
 }

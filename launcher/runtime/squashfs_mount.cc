@@ -1,0 +1,116 @@
+// mount_squashfs() and squashfs_mount_unavailable() (see squashfs_mount.h).
+#include "runtime/squashfs_mount.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/run_tool.h"
+#include "common/unique_fd.h"
+
+namespace slipway::launcher {
+namespace {
+
+constexpr const char* kDaemon = "squashfuse_ll";
+
+// The last line the daemon wrote to its stderr (a memfd), for the error message.
+std::string daemon_error(int fd) {
+  char buf[4096];
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  std::string text(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '.'))
+    text.pop_back();
+  const size_t nl = text.rfind('\n');
+  return nl == std::string::npos ? text : text.substr(nl + 1);
+}
+
+// In the forked child: become the daemon serving FUSE_FD. Only async-signal-safe calls.
+[[noreturn]] void exec_daemon(char* const argv[], int fuse_fd, int err_fd, pid_t parent) {
+  // Dies with the container's owner, so the mount never outlives it (it lives in the
+  // container's mount namespace alone, which goes with its last process).
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) _exit(127);
+  prctl(PR_SET_NAME, "slipway-sqfs", 0, 0, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  int null_fd = open("/dev/null", O_RDWR);
+  if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(err_fd, 2) < 0) _exit(127);
+  // The daemon keeps the connection as fd 3: dup2 clears O_CLOEXEC, except onto itself.
+  if (fuse_fd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(fuse_fd, 3) < 0) _exit(127);
+  close_range(4, ~0U, 0);
+  char path_env[] = "PATH=/usr/bin:/bin", lang_env[] = "LC_ALL=C";
+  char* envp[] = {path_env, lang_env, nullptr};
+  execve(argv[0], argv, envp);
+  _exit(127);
+}
+
+}  // namespace
+
+std::string squashfs_mount_unavailable() {
+  if (find_tool(kDaemon).empty()) return "squashfuse_ll is not installed (apt install squashfuse)";
+  UniqueFd fd(::open("/dev/fuse", O_RDWR | O_CLOEXEC));
+  if (fd.valid()) return "";
+  const int e = errno;
+  return std::string("/dev/fuse: ") + strerror(e) +
+         (e == EACCES ? " (users need read and write access: mode 0666, as Debian installs it)"
+          : e == ENOENT ? " (load the fuse kernel module)"
+                        : "");
+}
+
+Status mount_squashfs(const std::string& file, const std::string& dir) {
+  const std::string tool = find_tool(kDaemon);
+  if (tool.empty()) return Status::error("squashfuse_ll is not installed (apt install squashfuse)", ENOENT);
+  UniqueFd fuse(::open("/dev/fuse", O_RDWR | O_CLOEXEC));
+  if (!fuse.valid()) return Status::from_errno("open /dev/fuse", errno);
+  // fd= the connection, rootmode= the root's type (a directory), user_id/group_id= who may use
+  // it; allow_other: every process of this user namespace (and those below it) alone
+  // (fuse_allow_current_process() in fs/fuse/dir.c), so the container's own ids need not match.
+  const std::string opts = "fd=" + std::to_string(fuse.get()) + ",rootmode=40000,user_id=" +
+                           std::to_string(getuid()) + ",group_id=" + std::to_string(getgid()) +
+                           ",allow_other";
+  SLIPWAY_SYS(::mount(file.c_str(), dir.c_str(), "fuse.squashfuse", MS_RDONLY | MS_NOSUID | MS_NODEV,
+                      opts.c_str()),
+              "mount a FUSE filesystem on " + dir);
+  UniqueFd err(::memfd_create("slipway-sqfs-stderr", MFD_CLOEXEC));
+  if (!err.valid()) return Status::from_errno("memfd_create", errno);
+  std::vector<std::string> args = {tool, "-f", "-o", "max_threads=8", file, "/dev/fd/3"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::from_errno("fork squashfuse_ll", errno);
+  if (pid == 0) exec_daemon(argv.data(), fuse.get(), err.get(), parent);
+  // Ours closed, the daemon's copy is the connection's last: if it exits, every request on the
+  // mount fails (ENOTCONN) instead of waiting for an answer.
+  fuse.reset();
+  // Answered, and the root directory reads back: the daemon serves the file. (A damaged file
+  // whose superblock holds is found here, when its inode and directory tables are read.)
+  struct statfs sfs;
+  int e = ::statfs(dir.c_str(), &sfs) == 0 ? 0 : errno;
+  if (e == 0) {
+    UniqueFd root(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    char entries[4096];
+    if (root.valid() && ::getdents64(root.get(), entries, sizeof entries) > 0) return Status();
+    e = errno ? errno : EIO;
+  }
+  ::kill(pid, SIGKILL);
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  ::umount2(dir.c_str(), MNT_DETACH);
+  std::string why = daemon_error(err.get());
+  if (why.empty()) why = std::string("cannot read it through squashfuse_ll: ") + strerror(e);
+  return Status::error(why, EBADMSG);
+}
+
+}  // namespace slipway::launcher
