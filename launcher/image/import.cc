@@ -101,7 +101,8 @@ Result<ImportedImage> find_cached_image(const NodeCache& cache, std::string_view
   SLIPWAY_TRY(config);
   auto parsed = parse_image_config(*config);
   SLIPWAY_TRY(parsed);
-  return ImportedImage{std::string(digest), dir + "/rootfs", std::move(*parsed), true};
+  return ImportedImage{.manifest_digest = std::string(digest), .rootfs = dir + "/rootfs",
+                       .config = std::move(*parsed), .was_cached = true};
 }
 
 Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opts) {

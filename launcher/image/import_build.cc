@@ -229,7 +229,8 @@ Result<ImportedImage> build_and_publish(const NodeCache& cache, const BuildPlan&
   SLIPWAY_TRY(st);
   // From memory, not re-read from images/: an rm or gc may remove the image the moment it is
   // published (a step's mark_in_use() then says so, and it imports again).
-  return ImportedImage{plan.manifest_digest, dest + "/rootfs", plan.config, false};
+  return ImportedImage{.manifest_digest = plan.manifest_digest, .rootfs = dest + "/rootfs",
+                       .config = plan.config, .was_cached = false};
 }
 
 Result<ImportedImage> cached_and_touched(const NodeCache& cache, const std::string& digest) {
