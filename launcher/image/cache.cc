@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/file_util.h"
@@ -16,6 +18,14 @@
 namespace slipway::launcher {
 namespace {
 
+std::string octal_mode(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+
+// The cache root itself: a directory of ours that nobody else may write (they would write our
+// images: a shared cache is one directory per user, never one for all, see cache.h).
 Status check_owned(const std::string& path) {
   struct stat st;
   SLIPWAY_SYS(::lstat(path.c_str(), &st), "cache directory " + path);
@@ -28,8 +38,58 @@ Status check_owned(const std::string& path) {
                              std::to_string(::geteuid()) + "); choose another cache directory",
                          EPERM);
   if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return Status::error("cache directory " + path + " is writable by others; chmod 700 it",
+    return Status::error("cache directory " + path + " is writable by others (mode " +
+                             octal_mode(st.st_mode) + "); chmod 700 " + path,
                          EPERM);
+  return Status();
+}
+
+// DIR, a directory above the cache CACHE: whoever may rename or delete its entries could put a
+// tree of theirs where we look for our images between our check and our use of the path. Only
+// root and we may, or anyone where the sticky bit keeps them to their own entries (/var/tmp, a
+// site's 1777 cache_dir). A missing DIR is fine: we create it.
+Status check_parent(const std::string& cache, const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == -1)
+    return errno == ENOENT ? Status() : Status::from_errno("cache directory " + cache + ": " + dir, errno);
+  const std::string where = "cache directory " + cache + " is inside " + dir;
+  if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    return Status::error(where + ", which belongs to uid " + std::to_string(st.st_uid) +
+                             " (who could replace the cache); choose a cache directory whose "
+                             "parents belong to root or to you",
+                         EPERM);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+    return Status::error(where + ", which others may write without the sticky bit (mode " +
+                             octal_mode(st.st_mode) + ": they could replace the cache); chmod +t " + dir +
+                             " (as /tmp is) or choose another cache directory",
+                         EPERM);
+  return Status();
+}
+
+// "/a/b/c" -> "/", "/a", "/a/b": the directories above an absolute PATH, as written.
+std::vector<std::string> parents_of(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::vector<std::string> out{"/"};
+  for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))
+    if (path[slash - 1] != '/') out.push_back(path.substr(0, slash));
+  return out;
+}
+
+// Every directory above CACHE, as written and, where symlinks lead elsewhere, as resolved.
+Status check_parents(const std::string& cache) {
+  std::vector<std::string> dirs = parents_of(cache);
+  if (char* real = ::realpath(dirs.back().c_str(), nullptr)) {
+    std::vector<std::string> resolved = parents_of(std::string(real) + "/x");
+    ::free(real);
+    dirs.insert(dirs.end(), resolved.begin(), resolved.end());
+  }
+  for (const std::string& dir : dirs) SLIPWAY_TRY(check_parent(cache, dir));
+  return Status();
+}
+
+Status check_absolute(const std::string& root) {
+  if (root.empty() || root.front() != '/')
+    return Status::error("cache directory '" + root + "' is not an absolute path", EINVAL);
   return Status();
 }
 
@@ -40,14 +100,14 @@ std::string default_cache_dir(uid_t uid) { return "/var/tmp/slipway-" + std::to_
 bool NodeCache::is_trusted() const { return check_trusted().ok(); }
 
 Status NodeCache::check_trusted() const {
-  if (root_.empty() || root_.front() != '/')
-    return Status::error("cache directory '" + root_ + "' is not an absolute path", EINVAL);
+  SLIPWAY_TRY(check_absolute(root_));
+  SLIPWAY_TRY(check_parents(root_));
   return check_owned(root_);
 }
 
 Status NodeCache::ensure_layout() const {
-  if (root_.empty() || root_.front() != '/')
-    return Status::error("cache directory '" + root_ + "' is not an absolute path", EINVAL);
+  SLIPWAY_TRY(check_absolute(root_));
+  SLIPWAY_TRY(check_parents(root_));  // before creating anything under them
   if (Status st = make_dirs(root_, 0700); !st.ok()) return st.context("create the cache");
   SLIPWAY_TRY(check_owned(root_));
   for (const char* sub : {"/blobs", "/blobs/sha256", "/images", "/tmp", "/locks", "/squashfs"}) {
@@ -83,10 +143,13 @@ Status NodeCache::remove_stale_tmp(std::string_view key) const {
   DIR* d = ::fdopendir(fd.get());
   if (!d) return Status::from_errno("read " + tmp_dir(), errno);
   fd.release();
-  std::string prefix = std::string(key) + ".";
+  // An importer's leftovers, and a remover's of the same image (unpublish() holds KEY's lock).
+  const std::string prefix = std::string(key) + ".", removed = "rm-" + prefix;
   Status st;
   while (dirent* ent = ::readdir(d)) {
-    if (std::strncmp(ent->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    if (std::strncmp(ent->d_name, prefix.c_str(), prefix.size()) != 0 &&
+        std::strncmp(ent->d_name, removed.c_str(), removed.size()) != 0)
+      continue;
     st = remove_tree_at(::dirfd(d), ent->d_name);
     if (!st.ok()) break;
   }

@@ -9,6 +9,16 @@
 // Publishing is one rename(2) of a finished tmp/ directory, so readers need no lock: what exists
 // under images/ is complete. Leftovers of a killed importer are in tmp/ and are removed by the
 // next importer of the same digest (who holds the lock, so their owner must be dead).
+//
+// The root may be on a filesystem every node sees (NFS, Lustre, GPFS: the plugin's cache_dir=).
+// Then nodes with their own pid spaces share it, so no decision rests on a pid: a tmp/ entry's
+// owner is alive while it holds its lock (the lock of the image or blob it works on), and flock(2)
+// must be coherent across nodes (NFS: the default, not local_lock=; Lustre: -o flock, not
+// localflock), as it must for the in-use marks gc honours. Correctness never needs the locks:
+// blobs and images are content-addressed and published by rename(2), so two nodes that do the
+// same work both publish the same bytes; the locks make N nodes download each blob once. A cache
+// is one user's (root owned by the user, 0700, no parent others could rename it in): another
+// user's files must never become a user's rootfs, so a site-wide root holds one cache per uid.
 #pragma once
 
 #include <sys/types.h>
@@ -31,7 +41,9 @@ class NodeCache {
   explicit NodeCache(std::string root) : root_(std::move(root)) {}
 
   // Creates the root (mode 0700, parents as needed) and its subdirectories; the root must be a
-  // directory owned by the effective uid and not writable by others.
+  // directory owned by the effective uid and not writable by others, and each directory above it
+  // owned by root or the euid and not writable by others unless sticky (as /var/tmp). Nothing is
+  // created when a directory above is refused.
   Status ensure_layout() const;
   // Whether the cache exists and is safe to read (ours, not writable by others), creating nothing:
   // the launch-from-cache path checks this instead of ensure_layout().
@@ -48,7 +60,8 @@ class NodeCache {
 
   // A new private directory tmp/<key>.<pid>.<random> (mode 0700).
   Result<std::string> make_tmp_dir(std::string_view key) const;
-  // Removes tmp/<key>.* left by dead importers. Call only while holding lock_path(key).
+  // Removes tmp/<key>.* left by dead importers (and tmp/rm-<key>.* by dead removers). Call only
+  // while holding lock_path(key).
   Status remove_stale_tmp(std::string_view key) const;
 
  private:

@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdlib>
 
 #include <algorithm>
@@ -144,50 +143,61 @@ Status remove_unreferenced_blobs(const NodeCache& cache, bool* deferred) {
   return Status();
 }
 
-// Unpublishes and deletes one image, unless a step holds it.
-Status unpublish(const NodeCache& cache, const std::string& digest) {
-  const std::string dir = cache.image_dir(digest);
+// Unpublishes and deletes one image, unless a step holds it (EBUSY). The remover holds the
+// image's lock (locks/<hex>.lock, as importers do) until the tree is gone: that is how a sweep on
+// any node tells a live remover's tmp/rm-<hex>.* from a dead one's, which a pid cannot do on a
+// cache shared by nodes (another node's pid means nothing here). WAIT: for that lock (rm);
+// without it (gc), an image whose lock is held is busy. The in-use lock is let go as soon as the
+// image is unpublished: a step that opened .inuse just before waits for one rename, not for the
+// deletion of the tree, and then finds the image gone (mark_in_use()).
+Status unpublish(const NodeCache& cache, const std::string& digest, bool wait) {
+  const std::string dir = cache.image_dir(digest), hex = digest.substr(7);
   if (::access((dir + "/config.json").c_str(), F_OK) == -1)
     return Status::error("image " + digest + " is not in the cache " + cache.root(), ENOENT);
-  auto lock = FileLock::acquire(dir + "/.inuse", FileLock::Mode::kExclusive, false);
-  if (!lock.ok() && lock.status().error_number() == EWOULDBLOCK)
-    return Status::error("image " + digest + " is in use by a running step; retry when it ends",
-                         EBUSY);
-  SLIPWAY_TRY(lock);
-  std::string name = "rm-" + digest.substr(7) + "." + std::to_string(::getpid()) + "." + random_suffix();
-  std::string tmp = cache.tmp_dir() + "/" + name;
-  SLIPWAY_SYS(::rename(dir.c_str(), tmp.c_str()), "unpublish " + dir);
-  int tfd = ::open(cache.tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (tfd < 0) return Status::from_errno("open " + cache.tmp_dir(), errno);
-  Status st = remove_tree_at(tfd, name.c_str());
-  ::close(tfd);
-  return st;
+  auto owner = FileLock::acquire(cache.lock_path(hex), FileLock::Mode::kExclusive, wait);
+  if (!owner.ok() && owner.status().error_number() == EWOULDBLOCK)
+    return Status::error("image " + digest + " is being imported or removed; retry later", EBUSY);
+  SLIPWAY_TRY(owner);
+  const std::string name = "rm-" + hex + "." + std::to_string(::getpid()) + "." + random_suffix();
+  const std::string tmp = cache.tmp_dir() + "/" + name;
+  {
+    auto lock = FileLock::acquire(dir + "/.inuse", FileLock::Mode::kExclusive, false);
+    if (!lock.ok() && lock.status().error_number() == ENOENT)  // removed while we waited
+      return Status::error("image " + digest + " is not in the cache " + cache.root(), ENOENT);
+    if (!lock.ok() && lock.status().error_number() == EWOULDBLOCK)
+      return Status::error("image " + digest + " is in use by a running step; retry when it ends",
+                           EBUSY);
+    SLIPWAY_TRY(lock);
+    SLIPWAY_SYS(::rename(dir.c_str(), tmp.c_str()), "unpublish " + dir);
+  }
+  UniqueFd tfd(::open(cache.tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!tfd.valid()) return Status::from_errno("open " + cache.tmp_dir(), errno);
+  return remove_tree_at(tfd.get(), name.c_str());
 }
 
-// Removes tmp/ entries whose owner is gone: importers ("<key>.<pid>.<rand>") hold
-// locks/<key>.lock while they work; removers ("rm-<hex>.<pid>.<rand>") are checked by pid.
+// The lock whose holder owns tmp/NAME: importers ("<key>.<pid>.<rand>") hold locks/<key>.lock
+// while they work, removers ("rm-<hex>.<pid>.<rand>") locks/<hex>.lock until the tree is gone.
+// Never the pid in the name: on a cache shared by nodes it may be another node's process.
+std::string owner_lock_key(const std::string& name) {
+  std::string key = name.substr(0, name.find('.'));
+  return key.rfind("rm-", 0) == 0 ? key.substr(3) : key;
+}
+
+// Removes tmp/ entries whose owner is gone (nobody holds their owner's lock; we hold it while we
+// remove them, so two sweeps, on this node or another, never remove one entry at once).
 Status remove_dead_tmp(const NodeCache& cache) {
   auto names = list_dir(cache.tmp_dir());
   SLIPWAY_TRY(names);
-  int tfd = ::open(cache.tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (tfd < 0) return Status::from_errno("open " + cache.tmp_dir(), errno);
-  Status st;
+  UniqueFd tfd(::open(cache.tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!tfd.valid()) return Status::from_errno("open " + cache.tmp_dir(), errno);
   for (const auto& name : *names) {
-    std::string key = name.substr(0, name.find('.'));
-    Result<FileLock> lock = Status::error("not locked");
-    bool dead;
-    if (key.rfind("rm-", 0) == 0) {
-      long pid = std::strtol(name.c_str() + key.size() + (key.size() < name.size()), nullptr, 10);
-      dead = pid > 0 && ::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH;
-    } else {
-      lock = FileLock::acquire(cache.lock_path(key), FileLock::Mode::kExclusive, false);
-      dead = lock.ok();  // nobody works on KEY (held while removing), so this is a leftover
-    }
-    if (dead) st = remove_tree_at(tfd, name.c_str());
-    if (!st.ok()) break;
+    auto lock = FileLock::acquire(cache.lock_path(owner_lock_key(name)),
+                                  FileLock::Mode::kExclusive, false);
+    if (!lock.ok()) continue;  // its owner works (or the lock cannot be had): leave it
+    Status st = remove_tree_at(tfd.get(), name.c_str());
+    if (!st.ok() && st.error_number() != ENOENT) return st;
   }
-  ::close(tfd);
-  return st;
+  return Status();
 }
 
 }  // namespace
@@ -333,7 +343,7 @@ Result<uint64_t> parse_size(std::string_view text) {
 Status remove_image(const NodeCache& cache, std::string_view digest, bool* blobs_deferred) {
   if (!is_valid_digest(digest))
     return Status::error("'" + std::string(digest) + "' is not a sha256 digest", EINVAL);
-  SLIPWAY_TRY(unpublish(cache, std::string(digest)));
+  SLIPWAY_TRY(unpublish(cache, std::string(digest), true));
   return remove_unreferenced_blobs(cache, blobs_deferred);
 }
 
@@ -349,7 +359,7 @@ Result<GcResult> gc_images(const NodeCache& cache, uint64_t keep_bytes) {
   for (const auto& img : *images) {  // least recently used first
     if (r.kept_bytes <= keep_bytes) break;
     if (img.in_use) continue;
-    Status st = unpublish(cache, img.manifest_digest);
+    Status st = unpublish(cache, img.manifest_digest, false);
     // A step started using it, or another gc or rm removed it, meanwhile.
     if (!st.ok() && (st.error_number() == EBUSY || st.error_number() == ENOENT)) continue;
     SLIPWAY_TRY(st);

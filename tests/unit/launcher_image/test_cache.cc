@@ -1,12 +1,16 @@
 // Node cache management: listing with sizes and LRU order, the in-use lock, rm (refused while in
-// use), gc --keep SIZE (LRU, skips images in use, drops unreferenced blobs and dead leftovers).
+// use), gc --keep SIZE (LRU, skips images in use, drops unreferenced blobs and dead leftovers);
+// a cache shared by nodes (no decision by pid, readers never wait for a removal, directories
+// above the cache that others could rename it in are refused).
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 
 #include "image/cache.h"
 #include "image/import.h"
@@ -188,6 +192,131 @@ START_TEST(deep_trees_with_few_descriptors) {
 }
 END_TEST
 
+// A tmp/ entry named with a pid this node cannot see (another node's, on a shared cache) whose
+// owner holds its lock is left alone by gc; once the lock is free it is a leftover and goes.
+START_TEST(gc_judges_leftovers_by_lock_never_by_pid) {
+  Sandbox sb;
+  NodeCache c(sb.root + "/cache");
+  ck_assert(c.ensure_layout().ok());
+  const std::string removing = c.tmp_dir() + "/rm-" + hex('a') + ".999999999.0123456789abcdef";
+  const std::string importing = c.tmp_dir() + "/" + hex('b') + ".999999999.0123456789abcdef";
+  const std::string blob = c.tmp_dir() + "/blob-" + hex('c') + ".999999999.0123456789abcdef";
+  for (const auto& d : {removing, importing}) mkdir(d.c_str(), 0700);
+  write_text(blob, "half");
+  {
+    auto remover = FileLock::acquire(c.lock_path(hex('a')), FileLock::Mode::kExclusive);
+    auto importer = FileLock::acquire(c.lock_path(hex('b')), FileLock::Mode::kExclusive);
+    auto fetcher = FileLock::acquire(c.lock_path("blob-" + hex('c')), FileLock::Mode::kExclusive);
+    ck_assert(remover.ok() && importer.ok() && fetcher.ok());
+    auto r = gc_images(c, 0);
+    ck_assert_msg(r.ok(), "%s", r.status().message().c_str());
+    ck_assert_msg(path_exists(removing), "gc removed a live remover's tree (pid not visible here)");
+    ck_assert(path_exists(importing) && path_exists(blob));
+  }
+  ck_assert(gc_images(c, 0).ok());
+  ck_assert(!path_exists(removing) && !path_exists(importing) && !path_exists(blob));
+  // An importer holding the image's lock sweeps a dead remover's leftovers of that image too.
+  mkdir(removing.c_str(), 0700);
+  ck_assert(c.remove_stale_tmp(hex('a')).ok());
+  ck_assert(!path_exists(removing));
+}
+END_TEST
+
+// A step that opened .inuse just before an rm waits for the rename, not for the deletion of the
+// tree: the remover lets go of .inuse once the image is unpublished (mark_in_use() then sees it
+// gone and the step imports again).
+START_TEST(rm_lets_go_of_readers_before_deleting) {
+  Sandbox sb;
+  NodeCache c(sb.root + "/cache");
+  ck_assert(c.ensure_layout().ok());
+  publish(c, 'a', 10, '1', 1000);
+  const std::string dir = c.image_dir("sha256:" + hex('a'));
+  for (int i = 0; i < 100; ++i) {  // 10,000 files: their deletion takes long enough to watch
+    const std::string sub = dir + "/rootfs/d" + std::to_string(i);
+    mkdir(sub.c_str(), 0755);
+    for (int k = 0; k < 100; ++k) write_text(sub + "/f" + std::to_string(k), "x");
+  }
+  write_text(dir + "/.inuse", "");
+  int reader = open((dir + "/.inuse").c_str(), O_RDONLY | O_CLOEXEC);
+  ck_assert_int_ge(reader, 0);
+  Status removed;
+  std::thread rm([&] { removed = remove_image(c, "sha256:" + hex('a')); });
+  while (path_exists(dir)) std::this_thread::yield();
+  const bool deleting = count_entries(c.tmp_dir()) == 1;  // the tree is being deleted
+  bool got = false;  // the shared lock, while the tree was still there after we got it
+  while (count_entries(c.tmp_dir()) == 1)
+    if (flock(reader, LOCK_SH | LOCK_NB) == 0) {
+      got = count_entries(c.tmp_dir()) == 1;
+      break;
+    }
+  rm.join();
+  ck_assert_msg(removed.ok(), "%s", removed.message().c_str());
+  ck_assert_msg(deleting, "the tree was deleted before we could look: make it bigger");
+  ck_assert_msg(got, "a reader waits for the deletion of the removed image's tree");
+  close(reader);
+  ck_assert_int_eq(count_entries(c.tmp_dir()), 0);
+}
+END_TEST
+
+// The directories above a cache: another user who can rename entries in one could swap the
+// cache for a tree of theirs. Refused with one line naming the directory, the cause and the fix,
+// and nothing is created beneath it; a sticky one (/tmp, a site's 1777 cache_dir) is fine.
+START_TEST(parents_others_may_write_are_refused) {
+  Sandbox sb;
+  const std::string open_dir = sb.root + "/site";
+  mkdir(open_dir.c_str(), 0700);
+  chmod(open_dir.c_str(), 0777);
+  NodeCache c(open_dir + "/1001");
+  Status st = c.ensure_layout();
+  ck_assert(!st.ok() && st.error_number() == EPERM);
+  ASSERT_SAME_STR(st.message(), "cache directory " + c.root() + " is inside " + open_dir +
+                                    ", which others may write without the sticky bit (mode 0777: "
+                                    "they could replace the cache); chmod +t " + open_dir +
+                                    " (as /tmp is) or choose another cache directory");
+  ck_assert(!path_exists(c.root()));
+  ck_assert_msg(!c.is_trusted(), "an existing cache under it is not trusted either");
+  mkdir(c.root().c_str(), 0700);
+  ck_assert(!c.is_trusted() && !c.check_trusted().ok());
+  rmdir(c.root().c_str());
+  // Through a symlink: judged where it leads too.
+  const std::string link = sb.root + "/link";
+  ck_assert_int_eq(symlink(open_dir.c_str(), link.c_str()), 0);
+  ck_assert(!NodeCache(link + "/deeper/cache").ensure_layout().ok());
+  ck_assert(!path_exists(open_dir + "/deeper"));
+  // Sticky: everyone's directory, each user's entries their own.
+  chmod(open_dir.c_str(), 01777);
+  st = c.ensure_layout();
+  ck_assert_msg(st.ok(), "%s", st.message().c_str());
+  ck_assert(c.is_trusted());
+  if (geteuid() != 0) return;  // chown below needs root
+  // Another user's directory (not root's, not ours) above the cache.
+  const std::string theirs = sb.root + "/theirs";
+  mkdir(theirs.c_str(), 0755);
+  ck_assert_int_eq(chown(theirs.c_str(), geteuid() + 4321, getegid()), 0);
+  st = NodeCache(theirs + "/cache").ensure_layout();
+  ck_assert(!st.ok() && st.message().find(", which belongs to uid " + std::to_string(geteuid() + 4321)) != std::string::npos);
+  ck_assert(!path_exists(theirs + "/cache"));
+}
+END_TEST
+
+// The cache root itself: group- or other-writable, or another user's, is refused in one line.
+START_TEST(root_others_may_write_is_refused) {
+  Sandbox sb;
+  const std::string root = sb.root + "/cache";
+  mkdir(root.c_str(), 0700);
+  chmod(root.c_str(), 0770);
+  Status st = NodeCache(root).ensure_layout();
+  ASSERT_SAME_STR(st.message(), "cache directory " + root + " is writable by others (mode 0770); chmod 700 " + root);
+  ck_assert_int_eq(count_entries(root), 0);
+  chmod(root.c_str(), 0700);
+  if (geteuid() != 0) return;  // chown below needs root
+  ck_assert_int_eq(chown(root.c_str(), geteuid() + 4321, getegid()), 0);
+  st = NodeCache(root).ensure_layout();
+  ck_assert(!st.ok() && st.message().find("belongs to uid " + std::to_string(geteuid() + 4321)) != std::string::npos);
+  ck_assert_int_eq(count_entries(root), 0);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("cache");
   TCase* tc = tcase_create("admin");
@@ -199,5 +328,12 @@ Suite* make_suite(void) {
   tcase_add_test(tc, sizes);
   tcase_add_test(tc, import_bounds);
   suite_add_tcase(s, tc);
+  TCase* shared = tcase_create("shared");
+  tcase_add_test(shared, gc_judges_leftovers_by_lock_never_by_pid);
+  tcase_add_test(shared, rm_lets_go_of_readers_before_deleting);
+  tcase_add_test(shared, parents_others_may_write_are_refused);
+  tcase_add_test(shared, root_others_may_write_is_refused);
+  tcase_set_timeout(shared, 60);
+  suite_add_tcase(s, shared);
   return s;
 }
