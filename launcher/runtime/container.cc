@@ -91,46 +91,45 @@ Status new_user_and_mount_namespace(uid_t inner_uid, gid_t inner_gid, uid_t oute
   return Status();
 }
 
-Status enter_namespaces(const LaunchSpec& spec) {
+// Into the container's user and mount namespaces (and net/ipc/uts where SPEC unshares them).
+// Returns the squashfs image's detached mount for mount_overlay_root(), or an invalid fd.
+Result<UniqueFd> enter_namespaces(const LaunchSpec& spec) {
   // slurmstepd set our uid, which cleared the dumpable flag and left /proc/self/uid_map owned by
   // root; make it ours again (execve(2) resets the flag before the user's program runs).
   SLIPWAY_SYS(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)");
   const uid_t inner_uid = spec.remap_root ? 0 : spec.uid;
   const gid_t inner_gid = spec.remap_root ? 0 : spec.gid;
-  if (spec.squashfs_file.empty()) {
+  UniqueFd lower;
+  if (!spec.squashfs_file.empty()) {
+    // A squashfs image is mounted one user namespace further out, where the user is root: its
+    // files, root's in the file (what enroot and --container-save write), are then the user's
+    // own, as an unpacked image's are, and the container's namespace inside it sees them as its
+    // own user's (or root's, remapped). The mount stays detached until mount_overlay_root().
+    SLIPWAY_TRY(new_user_and_mount_namespace(0, 0, spec.uid, spec.gid));
+    auto mounted = mount_squashfs(spec.squashfs_file);
+    if (!mounted.ok())
+      return mounted.status().context("cannot mount squashfs image '" + spec.squashfs_file + "'");
+    lower = std::move(*mounted);
+    SLIPWAY_TRY(new_user_and_mount_namespace(inner_uid, inner_gid, 0, 0));
+  } else {
     SLIPWAY_TRY(new_user_and_mount_namespace(inner_uid, inner_gid, spec.uid, spec.gid));
-    return unshare_optional(spec);
   }
-  // A squashfs image is mounted one user namespace further out, where the user is root: its
-  // files, root's in the file (what enroot and --container-save write), are then the user's own,
-  // as an unpacked image's are, and the container's namespace inside it sees them as its own
-  // user's (or root's, remapped). The mount sits on the scratch directory out there, where
-  // mount_overlay_root() clones it from.
-  SLIPWAY_TRY(new_user_and_mount_namespace(0, 0, spec.uid, spec.gid));
-  Status mounted = mount_squashfs(spec.squashfs_file, spec.scratch_dir);
-  if (!mounted.ok())
-    return mounted.context("cannot mount squashfs image '" + spec.squashfs_file + "'");
-  SLIPWAY_TRY(new_user_and_mount_namespace(inner_uid, inner_gid, 0, 0));
-  return unshare_optional(spec);
+  SLIPWAY_TRY(unshare_optional(spec));
+  return lower;
 }
 
 bool has_overlay_special_chars(const std::string& p) {
   return p.find_first_of(",:\\") != std::string::npos;
 }
 
-// tmpfs on the scratch dir, holding the overlay's upper and work dirs and its mount point.
-Result<std::string> mount_overlay_root(const LaunchSpec& spec) {
+// tmpfs on the scratch dir, holding the overlay's upper and work dirs and its mount point; the
+// lower layer is the image's rootfs, or SQUASHFS (a detached mount) attached at lower/ there.
+Result<std::string> mount_overlay_root(const LaunchSpec& spec, UniqueFd squashfs) {
   for (const std::string* p : {&spec.rootfs, &spec.scratch_dir})
     if (has_overlay_special_chars(*p))
       return Status::error("image path '" + *p + "' contains ',', ':' or '\\'; set a plain cache "
                            "directory", EINVAL);
   const std::string& s = spec.scratch_dir;
-  // A squashfs image's mount (enter_namespaces()) moves from under the tmpfs to lower/ in it.
-  UniqueFd squashfs;
-  if (!spec.squashfs_file.empty()) {
-    squashfs.reset(open_tree(AT_FDCWD, s.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-    if (!squashfs.valid()) return Status::from_errno("clone the squashfs image's mount", errno);
-  }
   SLIPWAY_SYS(mount("slipway", s.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"),
               "mount tmpfs on " + s);
   for (const char* d : {"/upper", "/work", "/root"})
@@ -428,8 +427,9 @@ Status enter_holder_namespaces(const ContainerHolder& holder) {
 
 Status build_container(const LaunchSpec& spec) {
   SLIPWAY_TRY(check_spec(spec));
-  SLIPWAY_TRY(enter_namespaces(spec));
-  auto root = mount_overlay_root(spec);
+  auto lower = enter_namespaces(spec);
+  SLIPWAY_TRY(lower);
+  auto root = mount_overlay_root(spec, std::move(*lower));
   SLIPWAY_TRY(root);
   return furnish_root(*root, spec);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/run_tool.h"
@@ -67,20 +68,32 @@ std::string squashfs_mount_unavailable() {
                         : "");
 }
 
-Status mount_squashfs(const std::string& file, const std::string& dir) {
+Result<UniqueFd> mount_squashfs(const std::string& file) {
   const std::string tool = find_tool(kDaemon);
   if (tool.empty()) return Status::error("squashfuse_ll is not installed (apt install squashfuse)", ENOENT);
   UniqueFd fuse(::open("/dev/fuse", O_RDWR | O_CLOEXEC));
   if (!fuse.valid()) return Status::from_errno("open /dev/fuse", errno);
-  // fd= the connection, rootmode= the root's type (a directory), user_id/group_id= who may use
-  // it; allow_other: every process of this user namespace (and those below it) alone
-  // (fuse_allow_current_process() in fs/fuse/dir.c), so the container's own ids need not match.
-  const std::string opts = "fd=" + std::to_string(fuse.get()) + ",rootmode=40000,user_id=" +
-                           std::to_string(getuid()) + ",group_id=" + std::to_string(getgid()) +
-                           ",allow_other";
-  SLIPWAY_SYS(::mount(file.c_str(), dir.c_str(), "fuse.squashfuse", MS_RDONLY | MS_NOSUID | MS_NODEV,
-                      opts.c_str()),
-              "mount a FUSE filesystem on " + dir);
+  // A detached mount (fsopen/fsmount): attached nowhere in this namespace, it is not copied into
+  // the container's as a locked mount, which a recursive bind of a directory above it (a cache
+  // under /dev/shm, --container-mounts=/dev/shm) could not clone. fd= the connection, rootmode=
+  // the root's type (a directory), user_id/group_id= who may use it; allow_other: every process
+  // of this user namespace and those below it, and only those (fuse_allow_current_process() in
+  // fs/fuse/dir.c), so the container's own ids need not match.
+  UniqueFd fs(::fsopen("fuse.squashfuse", FSOPEN_CLOEXEC));
+  if (!fs.valid()) fs.reset(::fsopen("fuse", FSOPEN_CLOEXEC));
+  if (!fs.valid()) return Status::from_errno("fsopen fuse", errno);
+  const std::pair<const char*, std::string> params[] = {
+      {"source", file}, {"fd", std::to_string(fuse.get())}, {"rootmode", "40000"},
+      {"user_id", std::to_string(getuid())}, {"group_id", std::to_string(getgid())}};
+  for (const auto& [key, value] : params)
+    SLIPWAY_SYS(::fsconfig(fs.get(), FSCONFIG_SET_STRING, key, value.c_str(), 0),
+                std::string("FUSE mount option ") + key);
+  SLIPWAY_SYS(::fsconfig(fs.get(), FSCONFIG_SET_FLAG, "allow_other", nullptr, 0),
+              "FUSE mount option allow_other");
+  SLIPWAY_SYS(::fsconfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0), "create a FUSE mount");
+  UniqueFd mnt(::fsmount(fs.get(), FSMOUNT_CLOEXEC,
+                         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
+  if (!mnt.valid()) return Status::from_errno("fsmount the FUSE filesystem", errno);
   UniqueFd err(::memfd_create("slipway-sqfs-stderr", MFD_CLOEXEC));
   if (!err.valid()) return Status::from_errno("memfd_create", errno);
   std::vector<std::string> args = {tool, "-f", "-o", "max_threads=8", file, "/dev/fd/3"};
@@ -97,17 +110,16 @@ Status mount_squashfs(const std::string& file, const std::string& dir) {
   // Answered, and the root directory reads back: the daemon serves the file. (A damaged file
   // whose superblock holds is found here, when its inode and directory tables are read.)
   struct statfs sfs;
-  int e = ::statfs(dir.c_str(), &sfs) == 0 ? 0 : errno;
+  int e = ::fstatfs(mnt.get(), &sfs) == 0 ? 0 : errno;
   if (e == 0) {
-    UniqueFd root(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd root(::openat(mnt.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     char entries[4096];
-    if (root.valid() && ::getdents64(root.get(), entries, sizeof entries) > 0) return Status();
+    if (root.valid() && ::getdents64(root.get(), entries, sizeof entries) > 0) return mnt;
     e = errno ? errno : EIO;
   }
   ::kill(pid, SIGKILL);
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
-  ::umount2(dir.c_str(), MNT_DETACH);
   std::string why = daemon_error(err.get());
   if (why.empty()) why = std::string("cannot read it through squashfuse_ll: ") + strerror(e);
   return Status::error(why, EBADMSG);

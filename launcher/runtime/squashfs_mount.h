@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace slipway::launcher {
 
@@ -21,9 +22,10 @@ namespace slipway::launcher {
 // readable and writable); else why not, as a clause that fits "cannot mount squashfs images: ...".
 std::string squashfs_mount_unavailable();
 
-// Mounts the squashfs file FILE (an absolute path, opened as the caller) read-only on the empty
-// directory DIR, served by a squashfuse_ll child. Call it inside the container's namespaces, with
-// the capabilities they give. Returns once the mount answers, or the daemon's error.
-Status mount_squashfs(const std::string& file, const std::string& dir);
+// Mounts the squashfs file FILE (an absolute path, opened as the caller) read-only, served by a
+// squashfuse_ll child: a detached mount (open_tree(2)-style descriptor) for move_mount(2). Call it
+// in a user and mount namespace of the caller's own, with the capabilities they give. Returns once
+// the mount answers, or the daemon's error.
+Result<UniqueFd> mount_squashfs(const std::string& file);
 
 }  // namespace slipway::launcher
