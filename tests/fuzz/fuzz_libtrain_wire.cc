@@ -13,7 +13,7 @@
 
 #include "libtrain/errors.h"
 #include "libtrain/tcp_store.h"
-#include "shm_group.h"
+#include "op_header.h"
 #include "socket.h"
 #include "tcp_ring.h"
 
