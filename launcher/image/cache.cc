@@ -105,11 +105,15 @@ Status NodeCache::check_trusted() const {
   return check_owned(root_);
 }
 
-Status NodeCache::ensure_layout() const {
+Status NodeCache::make_root() const {
   SLIPWAY_TRY(check_absolute(root_));
   SLIPWAY_TRY(check_parents(root_));  // before creating anything under them
   if (Status st = make_dirs(root_, 0700); !st.ok()) return st.context("create the cache");
-  SLIPWAY_TRY(check_owned(root_));
+  return check_owned(root_);
+}
+
+Status NodeCache::ensure_layout() const {
+  SLIPWAY_TRY(make_root());
   for (const char* sub : {"/blobs", "/blobs/sha256", "/images", "/tmp", "/locks", "/squashfs"}) {
     std::string p = root_ + sub;
     if (::mkdir(p.c_str(), 0700) == -1 && errno != EEXIST)

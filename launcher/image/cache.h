@@ -45,6 +45,9 @@ class NodeCache {
   // owned by root or the euid and not writable by others unless sticky (as /var/tmp). Nothing is
   // created when a directory above is refused.
   Status ensure_layout() const;
+  // The root alone, checked and created as ensure_layout() does (srun's tag memo on a login node
+  // needs no more).
+  Status make_root() const;
   // Whether the cache exists and is safe to read (ours, not writable by others), creating nothing:
   // the launch-from-cache path checks this instead of ensure_layout().
   bool is_trusted() const;

@@ -274,6 +274,7 @@ START_TEST(parents_others_may_write_are_refused) {
                                     "they could replace the cache); chmod +t " + open_dir +
                                     " (as /tmp is) or choose another cache directory");
   ck_assert(!path_exists(c.root()));
+  ck_assert(c.make_root().message() == st.message() && !path_exists(c.root()));
   ck_assert_msg(!c.is_trusted(), "an existing cache under it is not trusted either");
   mkdir(c.root().c_str(), 0700);
   ck_assert(!c.is_trusted() && !c.check_trusted().ok());
