@@ -117,7 +117,9 @@ void GradientReducer::reduce(const std::vector<TensorRef>& tensors) {
     b.buffer = buffers_[i].data();
     size_t off = 0;
     for (const TensorRef* t : b.members) {
-      std::memcpy(b.buffer + off, t->data, t->bytes());
+      // An empty tensor may have no storage (data null): memcpy's pointers must not be null
+      // even for 0 bytes (C11 7.24.1p2), so it is skipped.
+      if (t->bytes() != 0) std::memcpy(b.buffer + off, t->data, t->bytes());
       off += t->bytes();
     }
     b.work = comm_.allreduce_async(b.buffer, b.bytes / dtype_size(dtype), dtype, op_, "fused_gradients");
@@ -127,7 +129,7 @@ void GradientReducer::reduce(const std::vector<TensorRef>& tensors) {
     if (!b.buffer) continue;
     size_t off = 0;
     for (const TensorRef* t : b.members) {
-      std::memcpy(t->data, b.buffer + off, t->bytes());
+      if (t->bytes() != 0) std::memcpy(t->data, b.buffer + off, t->bytes());
       off += t->bytes();
     }
   }
