@@ -5,6 +5,8 @@
 #include <check.h>
 #include <stdlib.h>
 
+#include "check_text.h"  // ck_assert_str_eq that outlives temporaries
+
 Suite* make_suite(void);
 
 int main(void) {
