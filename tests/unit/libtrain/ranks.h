@@ -1,10 +1,11 @@
 // Test helpers: run a function as N ranks, either threads sharing an InMemoryStore or forked
-// processes sharing a TcpStore served by the test process, and closed-form expected values.
+// processes sharing a TcpStore served by a child process, and closed-form expected values.
 #pragma once
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -43,17 +44,56 @@ inline std::string run_threads(int n, const RankFn& fn) {
   return "";
 }
 
+// Starts a TcpStore server in a child process of its own and returns its pid and port; it serves
+// until *DONE_FD (the write end of a pipe, left open here) is closed or this process dies. The
+// server is not a thread of the test process because that process forks the ranks: a child
+// forked while another thread holds a lock has it held forever. glibc's malloc takes its locks
+// around fork(); ASan's allocator (GCC 12) and TSan do not, and ranks hung in their first
+// malloc (ASan: libtrain_test_failure's leaders_disagree, a rank in asan_calloc waiting on the
+// allocator's mutex, the server thread's at fork time) or were refused ("ThreadSanitizer:
+// starting new threads after multi-threaded fork is not supported").
+inline pid_t start_store_server(double timeout_s, int* port, int* done_fd) {
+  int ready[2], done[2];
+  if (pipe(ready) != 0 || pipe(done) != 0) throw std::runtime_error("pipe failed");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    close(done[1]);
+    int p = -1;
+    try {
+      libtrain::TcpStore server("127.0.0.1", 0, true, libtrain::Seconds(timeout_s));
+      p = server.port();
+      (void)!write(ready[1], &p, sizeof p);
+      char c;
+      ssize_t got;
+      do got = read(done[0], &c, 1);
+      while (got < 0 && errno == EINTR);
+    } catch (...) {
+      (void)!write(ready[1], &p, sizeof p);
+    }
+    _exit(0);
+  }
+  close(ready[1]);
+  close(done[0]);
+  *port = -1;
+  if (pid < 0 || read(ready[0], port, sizeof *port) != sizeof *port || *port <= 0)
+    throw std::runtime_error("the store server did not start");
+  close(ready[0]);
+  *done_fd = done[1];
+  return pid;
+}
+
 // Forks n processes running fn(rank, store); each exits with fn's return code (an uncaught
 // exception exits 99). Returns the exit codes by rank (128 + signal when killed).
 inline std::vector<int> run_processes(int n, const std::function<int(int, const std::shared_ptr<libtrain::Store>&)>& fn,
                                       double timeout_s = 30) {
-  int port = 0;
-  auto server = std::make_shared<libtrain::TcpStore>("127.0.0.1", port, true, libtrain::Seconds(timeout_s));
-  port = server->port();
+  int port = 0, done_fd = -1;
+  pid_t server = start_store_server(timeout_s, &port, &done_fd);
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     pid_t pid = fork();
     if (pid == 0) {
+      close(done_fd);
       int rc = 99;
       try {
         auto store = std::make_shared<libtrain::TcpStore>("127.0.0.1", port, false, libtrain::Seconds(timeout_s));
@@ -70,6 +110,8 @@ inline std::vector<int> run_processes(int n, const std::function<int(int, const 
     waitpid(pids[static_cast<size_t>(r)], &status, 0);
     codes[static_cast<size_t>(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+  close(done_fd);
+  waitpid(server, nullptr, 0);
   return codes;
 }
 
