@@ -87,7 +87,7 @@ int client_init_post_opt(spank_t) {
   // pull. Without a usable cache here, the tag is resolved as always.
   // Only the cache's root is made here (tag_memo makes tags/): a login node needs no more of it.
   launcher::NodeCache cache(cache_dir_for(st.config, getuid()));
-  if (!launcher::make_dirs(cache.root(), 0700).ok() || !cache.is_trusted())
+  if (!cache.make_root().ok())
     cache = launcher::NodeCache("");
   launcher::RegistryClient client(*ref, registry_options(st.config));
   auto manifest = launcher::platform_manifest_by_tag(client, cache);

@@ -24,7 +24,11 @@ namespace slipway::spank {
 namespace {
 
 std::string runtime_root(const PluginState& st, uid_t uid) {
-  if (st.config.runtime_dir.empty()) return st.cache_dir + "/containers";
+  // Containers (their writable layers, the records of running ones) are the node's own: with a
+  // site cache_dir= that every node may see, they stay in the node-local default cache instead.
+  if (st.config.runtime_dir.empty())
+    return (st.config.cache_dir.empty() ? st.cache_dir : launcher::default_cache_dir(uid)) +
+           "/containers";
   return st.config.runtime_dir + "/" + std::to_string(uid);
 }
 

@@ -218,13 +218,14 @@ test_a_shared_cache_another_user_could_write_is_refused_in_one_line() {
     assert_no_file "$CACHE/images"
     assert_equal "" "$(sandbox_pids slipway; pgrep -u slwuser -x sleep || true)" "processes left"
     assert_equal "" "$(grep " $SHARED" /proc/self/mountinfo || true)" "mounts left"
-    # slipway run and slipway images say the same.
+    # slipway images says the same of a cache that exists there (srun created none).
+    install -d -m 0700 -o slwuser "$CACHE"
     slipway_on_cache images
     assert_failure
     assert_output_contains "$why"
     chmod 1777 "$SHARED"
     # The user's own cache group-writable, or someone else's.
-    install -d -m 0770 -o slwuser "$CACHE"
+    rm -rf "$CACHE" && install -d -m 0770 -o slwuser "$CACHE"
     run_job srun -N1 -K --container-image="$BUSYBOX" true
     assert_failure
     assert_output_contains "cache directory $CACHE is writable by others (mode 0770); chmod 700 $CACHE"
@@ -235,4 +236,15 @@ test_a_shared_cache_another_user_could_write_is_refused_in_one_line() {
     assert_failure
     assert_output_contains "cache directory $CACHE belongs to uid 0, not to you (uid $JOB_UID); choose another cache directory"
     rm -rf "$CACHE"
+}
+
+# A shared cache_dir= does not make containers shared: a named container on each node has its
+# own writable layer (node-local, under the default cache), never another node's.
+test_named_containers_stay_per_node_on_a_shared_cache() {
+    run_job salloc -N2 --time=2 sh -c "srun -N2 -K --container-image=$BUSYBOX --container-name=pernode \
+        --container-writable sh -c 'touch /marker.\$(hostname)' && \
+        srun -N2 -K --container-name=pernode sh -c 'echo \$(hostname): \$(ls / | grep -c ^marker)'"
+    assert_success
+    assert_equal 2 "$(grep -c '^node[0-9]*: 1$' <<<"$output")" "nodes whose container holds its own marker alone"
+    [[ ! -d $CACHE/containers ]] || fail "containers under the shared cache: $(ls "$CACHE/containers")"
 }
