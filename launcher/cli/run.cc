@@ -205,7 +205,16 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
     return Status::from_errno("lock " + run_dir + "/users", errno);
   std::ifstream in(run_dir + "/holder");
   pid_t pid = 0;
-  if (in >> pid && pid > 0 && kill(pid, 0) == 0) {
+  std::string image;  // the image the holder's container was made from
+  if (in >> pid >> image && pid > 0 && kill(pid, 0) == 0) {
+    // One container per node and step: a task that names another image (tasks of a step given
+    // different images, or several `slipway run`s of different images in one step) cannot join it.
+    if (image != p.image.manifest_digest)
+      return Status::error("the container of this step on " + host_name() + " runs image " + image +
+                               ", not " + p.image.manifest_digest + " ('" + p.opts.container_image +
+                               "'): the tasks of a step on a node share one container; give them "
+                               "one --container-image, or run this one in a step of its own",
+                           EINVAL);
     auto attached = attach_holder(pid, p.spec);
     if (attached.ok()) {
       if (p.entrypoint) {
@@ -219,7 +228,8 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
   sweep_stale_run_dirs(run_dir);  // once per node and step: only the first task gets here
   auto holder = start_holder(p.spec, {.detached = true, .users_lock = run_dir + "/users"});
   SLIPWAY_TRY(holder);
-  std::ofstream(run_dir + "/holder", std::ios::trunc) << holder->pid() << "\n";
+  std::ofstream(run_dir + "/holder", std::ios::trunc)
+      << holder->pid() << "\n" << p.image.manifest_digest << "\n";
   if (p.entrypoint) {
     auto r = entrypoint_in(*holder, p);
     SLIPWAY_TRY(record_entrypoint(run_dir, r));

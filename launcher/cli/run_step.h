@@ -3,7 +3,7 @@
 //   lock        flock(2), exclusive while a task joins, pins the image, counts itself finished, or
 //               while the holder looks at `users` and removes the directory
 //   users       flock(2), shared by every running task; the holder exits when it can take it
-//   holder      the holder's pid
+//   holder      the holder's pid, and the identity of its image (ImportedImage::manifest_digest)
 //   image       "TEXT\nDIGEST\n": the digest the first task's tag resolved to
 //   entrypoint  "ok\n" + exported variables (NUL-separated), or "failed\n" + the message
 //   finished    how many of the node's tasks have finished (--container-save on the first node)

@@ -182,6 +182,12 @@ bool FileLock::is_linked() const {
   return fd_.valid() && ::fstat(fd_.get(), &st) == 0 && st.st_nlink > 0;
 }
 
+bool FileLock::is_at(const std::string& path) const {
+  struct stat ours, there;
+  return fd_.valid() && ::fstat(fd_.get(), &ours) == 0 && ::stat(path.c_str(), &there) == 0 &&
+         ours.st_dev == there.st_dev && ours.st_ino == there.st_ino;
+}
+
 std::string random_suffix() {
   unsigned char b[8] = {};
   size_t got = 0;

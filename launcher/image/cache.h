@@ -80,6 +80,8 @@ class FileLock {
   // Whether the lock file still has a name: one who removes it does so while holding the lock, so
   // a waiter that got it afterwards holds a lock nobody else will ever take again.
   bool is_linked() const;
+  // Whether PATH names the locked file now (not another file made there since we opened ours).
+  bool is_at(const std::string& path) const;
   // Lets the lock outlive an exec(2) of this process (clears FD_CLOEXEC): the command that
   // replaces `slipway run` then holds it until it and every child that inherited it exit.
   void keep_across_exec() const;

@@ -285,9 +285,10 @@ Result<FileLock> mark_in_use(const NodeCache& cache, std::string_view digest) {
   if (!lock.ok() && lock.status().error_number() == ENOENT)
     return Status::error("image " + std::string(digest) + " is not in the cache", ENOENT);
   SLIPWAY_TRY(lock);
-  // gc may have unpublished the image between our open and flock: the lock is then on a file
-  // in tmp/, and the image must be imported again.
-  if (::access((dir + "/config.json").c_str(), F_OK) == -1)
+  // gc or rm may have unpublished the image between our open and flock: the lock is then on a
+  // file in tmp/, and the image must be imported again. Another import may even have published
+  // the digest anew meanwhile: its .inuse is another file, which our lock does not hold.
+  if (!lock->is_at(dir + "/.inuse") || ::access((dir + "/config.json").c_str(), F_OK) == -1)
     return Status::error("image " + std::string(digest) + " was removed from the cache", ENOENT);
   return lock;
 }

@@ -230,3 +230,13 @@ test_gc_and_rm_leave_the_image_of_a_running_command() {
     run_job env SLIPWAY_CACHE_DIR="$cache" ./slipway rm "$BUSYBOX"
     assert_success
 }
+
+# The tasks of a node share one container, so one image: a task that names another one is refused
+# in one line instead of joining a container of the wrong image.
+test_tasks_of_a_step_naming_different_images_are_refused() {
+    run_job srun -N1 --ntasks-per-node=2 -K sh -c "if [ \$SLURM_PROCID = 0 ]; then img=$BUSYBOX; else sleep 1; img=$ENTRYPOINT; fi; \
+        ./slipway run --container-image=\$img -- sh -c 'cat /etc/slipway-image; sleep 3'"
+    assert_failure
+    assert_output_contains "busybox"
+    assert_output_matches "the container of this step on node[0-9]* runs image sha256:[0-9a-f]*, not sha256:[0-9a-f]* \('$ENTRYPOINT'\): the tasks of a step on a node share one container"
+}
