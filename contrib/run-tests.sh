@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole Slipway test suite on a Debian 12 machine, as root: installs what it needs, builds,
 # runs the Check unit tests (CTest labels unit, userns, gpu), runs each fuzz target for 10 s
-# (tests/fuzz, clang; skipped without it), builds the Debian packages and runs
+# (tests/fuzz, clang; skipped without it), runs the unit tests again under ASan+UBSan and
+# libtrain's under TSan (tests/sanitizers), builds the Debian packages and runs
 # lintian on each, runs the integration tests on the local Slurm sandbox (tests/cluster), brings
 # the sandbox down, and exits non-zero on any failure.
 # Safe to run twice. Environment: SLIPWAY_BUILD_DIR (default <repo>/build).
@@ -58,6 +59,21 @@ else
   fi
 fi
 rm -f "$fuzz_log"
+
+# The Check unit tests again under ASan+UBSan (in the fuzz step's tree, whose libraries have
+# them: only the tests are compiled) and libtrain's under TSan (tests/sanitizers/run.sh): one
+# "ok"/"FAIL" line per sanitizer, each counted. A sanitizer report fails its test.
+step "unit tests under ASan+UBSan and TSan"
+san_log=$(mktemp)
+SLIPWAY_FUZZ_BUILD_DIR="$build-fuzz" SLIPWAY_ASAN_BUILD_DIR="$build-asan" \
+  SLIPWAY_TSAN_BUILD_DIR="$build-tsan" "$repo/tests/sanitizers/run.sh" 2>&1 | tee "$san_log"
+san_rc=${PIPESTATUS[0]}
+passed=$((passed + $(grep -c '^ok   sanitize ' "$san_log")))
+failed=$((failed + $(grep -c '^FAIL sanitize ' "$san_log")))
+if ((san_rc != 0)) && ! grep -q '^FAIL sanitize ' "$san_log"; then
+  echo "FAIL tests/sanitizers/run.sh (exit $san_rc)"; failed=$((failed + 1))
+fi
+rm -f "$san_log"
 
 # One test per package: contrib/make-debs.sh builds them, lintian must report no error (E:) on
 # any. tests/cluster/test_packages.bash installs these same files (SLIPWAY_DEBS_DIR).

@@ -28,7 +28,9 @@ fi
 
 flags="-O1 -gline-tables-only"
 mkdir -p "$build"
-CC=clang CXX=clang++ cmake -S "$repo" -B "$build" -DSLIPWAY_FUZZ=ON -DSLIPWAY_BUILD_TESTS=OFF \
+# The same cache as tests/sanitizers/run.sh, which builds the unit tests in this tree (under ASan
+# and UBSan, on these libraries): a different one would rebuild them on each script's turn.
+CC=clang CXX=clang++ cmake -S "$repo" -B "$build" -DSLIPWAY_FUZZ=ON -DSLIPWAY_BUILD_TESTS=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
