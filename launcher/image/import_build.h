@@ -61,6 +61,11 @@ Result<ImportedImage> cached_and_touched(const NodeCache& cache, const std::stri
 // import_image() for ImageRef::Kind::kArchive and kOciLayout (import_local.cc).
 Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOptions& opts);
 
+// What import_local_image reads from the image archive (OCI archive or docker-archive) open as FD
+// before it touches a cache: the manifest's digest, with the manifest and config checked as the
+// import checks them. IMAGE names it in errors. (For tests/fuzz/fuzz_local_archive.cc.)
+Result<std::string> read_local_archive(int fd, const std::string& image);
+
 // import_image() for ImageRef::Kind::kDaemon (import_daemon.cc).
 Result<ImportedImage> import_daemon_image(const ImageRef& ref, const ImportOptions& opts);
 

@@ -475,4 +475,18 @@ Result<ImportedImage> import_local_image(const ImageRef& ref, const ImportOption
   return build_and_publish(cache, plan, present, 1, opts, progress);
 }
 
+Result<std::string> read_local_archive(int fd, const std::string& image) {
+  SLIPWAY_TRY(archive_library().load());
+  SLIPWAY_TRY(crypto_library().load());
+  UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!own.valid()) return Status::from_errno("dup " + image, errno);
+  ArchiveSource src(std::move(own), image);
+  SLIPWAY_TRY(src.load());
+  auto local = read_local(src, image);
+  SLIPWAY_TRY(local);
+  auto config = parse_image_config(local->config_body);
+  SLIPWAY_TRY(config);
+  return local->manifest_digest;
+}
+
 }  // namespace slipway::launcher
