@@ -13,7 +13,7 @@
 #include "image/registry.h"
 #include "image/tag_memo.h"
 #include "log.h"
-#include "runtime/save.h"
+#include "options/save.h"
 #include "plugin_state.h"
 
 namespace slipway::spank {

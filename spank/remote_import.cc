@@ -17,7 +17,7 @@
 #include "plugin_state.h"
 #include "remote_env.h"
 #include "options/container_plan.h"
-#include "runtime/save.h"
+#include "options/save.h"
 
 namespace slipway::spank {
 namespace {

@@ -18,7 +18,7 @@
 #include "plugin_state.h"
 #include "remote_env.h"
 #include "runtime/container.h"
-#include "runtime/save.h"
+#include "options/save.h"
 #include "runtime/seccomp.h"
 
 namespace slipway::spank {

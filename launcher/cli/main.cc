@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cli/cli_common.h"
-#include "runtime/save.h"
+#include "options/save.h"
 
 namespace slipway::launcher::cli {
 int cmd_doctor(std::vector<std::string>& args);  // doctor.cc

@@ -29,7 +29,7 @@
 #include "options/entrypoint.h"
 #include "runtime/container.h"
 #include "runtime/seccomp.h"
-#include "runtime/save.h"
+#include "options/save.h"
 
 namespace slipway::launcher::cli {
 namespace {
@@ -183,7 +183,7 @@ void apply_image_env(const Prepared& p, const std::vector<std::string>& exported
     setenv("HOME", home.c_str(), 1);
 }
 
-// --container-save (runtime/save.h), while HOLDER still keeps the container.
+// --container-save (options/save.h), while HOLDER still keeps the container.
 Status save_container(const ContainerHolder& holder, const Prepared& p) {
   return launcher::save_container({.holder = holder.pid(), .spec = p.spec,
                                    .cache_dir = import_options().cache_dir,

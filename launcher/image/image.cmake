@@ -18,8 +18,10 @@ target_sources(slipway_launcher PRIVATE
   image/layer.cc
   image/manifest.cc
   image/manifest_handoff.cc
+  image/oci_writer.cc
   image/registry.cc
   image/registry_auth.cc
+  image/snapshot.cc
   image/tag_memo.cc)
 # ISA-L is loaded with dlopen on first use (gzip_source.h): headers only.
 target_include_directories(slipway_launcher PRIVATE ${ISAL_INCLUDE_DIRS})

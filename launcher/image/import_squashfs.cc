@@ -32,6 +32,7 @@
 #include "image/archive_lazy.h"
 #include "image/digest.h"
 #include "image/import_build.h"
+#include "image/oci_writer.h"
 
 namespace slipway::launcher {
 namespace {
@@ -103,15 +104,6 @@ Result<ImageConfig> enroot_config(int fd, const std::string& image) {
   if (rc != ARCHIVE_EOF)
     return Status::error("image '" + image + "': cannot read its tar: " + archive_why(a.get()), EIO);
   return config;
-}
-
-// The synthesized config JSON (OCI image-spec config.md) for CONFIG and the one layer.
-std::string config_json(const ImageConfig& config, const std::string& layer_digest) {
-  json c = {{"architecture", "amd64"}, {"os", "linux"}, {"config", json::object()},
-            {"rootfs", {{"type", "layers"}, {"diff_ids", {layer_digest}}}}};
-  if (!config.env.empty()) c["config"]["Env"] = config.env;
-  if (!config.entrypoint.empty()) c["config"]["Entrypoint"] = config.entrypoint;
-  return c.dump();
 }
 
 }  // namespace
@@ -331,19 +323,11 @@ Result<ImportedImage> import_squashfs_image(const std::string& image, int fd,
 
   BuildPlan plan;
   plan.image = image;
-  plan.config_body = config_json(*config, layer_digest);
+  plan.config_body = oci_config({layer_digest}, config->env, config->entrypoint);
   plan.config = std::move(*config);
-  json m = {{"schemaVersion", 2},
-            {"mediaType", media::kOciManifest},
-            {"config",
-             {{"mediaType", "application/vnd.oci.image.config.v1+json"},
-              {"digest", sha256_digest(plan.config_body)},
-              {"size", plan.config_body.size()}}},
-            {"layers",
-             {{{"mediaType", "application/vnd.oci.image.layer.v1.tar"},
-               {"digest", layer_digest},
-               {"size", size}}}}};
-  plan.manifest_body = m.dump();
+  plan.manifest_body = oci_manifest(
+      {.digest = sha256_digest(plan.config_body), .size = plan.config_body.size()},
+      {{.media_type = std::string(media::kOciLayerTar), .digest = layer_digest, .size = size}});
   plan.manifest_digest = sha256_digest(plan.manifest_body);
   auto manifest = parse_manifest(plan.manifest_body);
   SLIPWAY_TRY(manifest);

@@ -33,10 +33,10 @@ inline constexpr std::string_view kManifestAccept =
 }  // namespace media
 
 struct Descriptor {
-  std::string media_type;
-  std::string digest;
+  std::string media_type = {};
+  std::string digest = {};
   uint64_t size = 0;
-  std::string os, architecture, variant;  // index entries only
+  std::string os = {}, architecture = {}, variant = {};  // index entries only
 };
 
 struct Manifest {

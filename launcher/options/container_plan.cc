@@ -10,7 +10,7 @@
 
 #include "common/file_util.h"
 #include "image/fs_beneath.h"
-#include "runtime/save.h"
+#include "options/save.h"
 #include "runtime/squashfs_mount.h"
 
 namespace slipway::launcher {

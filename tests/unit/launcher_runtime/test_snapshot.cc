@@ -32,7 +32,7 @@
 #include "image/digest.h"
 #include "image/image_ref.h"
 #include "image/import.h"
-#include "runtime/snapshot.h"
+#include "image/snapshot.h"
 
 namespace sl = slipway::launcher;
 using nlohmann::json;

@@ -2,7 +2,7 @@
 // and mount namespaces and, in a private copy of the latter, sees the container's overlay root
 // alone (a clone of that one mount, without /proc, /dev, binds or other submounts), which
 // mksquashfs(1) packs with every file owned by root, as enroot's images are.
-#include "runtime/save.h"
+#include "options/save.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -18,8 +18,8 @@
 
 #include "common/run_tool.h"
 #include "common/unique_fd.h"
+#include "image/snapshot.h"
 #include "runtime/container.h"
-#include "runtime/snapshot.h"
 
 namespace slipway::launcher {
 namespace {

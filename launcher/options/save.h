@@ -1,5 +1,5 @@
 // --container-save=PATH, for the plugin and `slipway run` alike: the container's filesystem (the
-// cached image plus its changes) as an OCI archive (snapshot.h), or, for a PATH ending in .sqsh
+// cached image plus its changes) as an OCI archive (image/snapshot.h), or, for a PATH ending in .sqsh
 // (what pyxis writes and --container-image takes back), as a squashfs file made by mksquashfs from
 // the container's root. Either is written beside PATH under a temporary name and renamed into
 // place: a failed save leaves nothing at PATH. Called as the job user while the holder still runs.

@@ -3,7 +3,7 @@
 // diff_id) and gzipped by ISA-L into an unlinked scratch file. (2) The cached image's manifest and
 // config are read and verified, and the new config, manifest and index made. (3) The OCI archive
 // is written to a temp file beside the destination and renamed into place.
-#include "runtime/snapshot.h"
+#include "image/snapshot.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -33,31 +33,18 @@
 #include "image/gzip_source.h"
 #include "image/image_ref.h"
 #include "image/manifest.h"
+#include "image/oci_writer.h"
 
 namespace slipway::launcher {
 namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kOciConfig = "application/vnd.oci.image.config.v1+json";
-constexpr std::string_view kOciLayerTar = "application/vnd.oci.image.layer.v1.tar";
-constexpr std::string_view kOciLayerGzip = "application/vnd.oci.image.layer.v1.tar+gzip";
-constexpr std::string_view kOciLayerZstd = "application/vnd.oci.image.layer.v1.tar+zstd";
 constexpr std::string_view kWhiteoutPrefix = ".wh.";
 constexpr std::string_view kOpaqueMarker = ".wh..wh..opq";
 constexpr std::string_view kCreatedBy = "slipway --container-save";
 constexpr size_t kChunk = 1 << 20;
 constexpr size_t kMaxSmallFile = 8 << 20;  // manifests and configs are far smaller
-
-// Docker media types the importer accepts, and their OCI names (the bytes are the same).
-struct MediaTypeName {
-  std::string_view docker, oci;
-};
-constexpr MediaTypeName kOciNames[] = {
-    {"application/vnd.docker.image.rootfs.diff.tar.gzip", kOciLayerGzip},
-    {"application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
-     "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"},
-};
 
 struct ArchiveWriteFree {
   void operator()(archive* a) const { archive_write_free(a); }
@@ -437,22 +424,13 @@ Result<SourceImage> read_source_image(const NodeCache& cache, const std::string&
 }
 
 // The OCI media type of layer D: Docker names mapped, a missing one guessed from the blob's magic.
-Result<std::string> oci_layer_type(const NodeCache& cache, const Descriptor& d) {
-  for (const auto& n : kOciNames)
-    if (d.media_type == n.docker) return std::string(n.oci);
-  if (!d.media_type.empty()) return d.media_type;
+Result<std::string> layer_type(const NodeCache& cache, const Descriptor& d) {
+  if (!d.media_type.empty()) return oci_layer_type(d.media_type);
   UniqueFd fd(::open(cache.blob_path(d.digest).c_str(), O_RDONLY | O_CLOEXEC));
   unsigned char magic[4] = {};
   if (!fd.valid() || ::pread(fd.get(), magic, sizeof magic, 0) < 0)
     return Status::from_errno("read blob " + d.digest + " in " + cache.root(), errno);
-  if (magic[0] == 0x1f && magic[1] == 0x8b) return std::string(kOciLayerGzip);
-  if (magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd)
-    return std::string(kOciLayerZstd);
-  return std::string(kOciLayerTar);
-}
-
-json descriptor(std::string_view media_type, const std::string& digest, uint64_t size) {
-  return {{"mediaType", media_type}, {"digest", digest}, {"size", size}};
+  return std::string(oci_layer_type_of_magic(magic));
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -480,28 +458,27 @@ Result<std::string> new_config(const SourceImage& img, const NewLayer* layer) {
 
 Result<std::string> new_manifest(const NodeCache& cache, const SourceImage& img,
                                  const std::string& config, const NewLayer* layer) {
-  json m = {{"schemaVersion", 2},
-            {"mediaType", media::kOciManifest},
-            {"config", descriptor(kOciConfig, sha256_digest(config), config.size())},
-            {"layers", json::array()}};
+  std::vector<Descriptor> layers;
   for (const auto& d : img.manifest.layers) {
-    auto type = oci_layer_type(cache, d);
+    auto type = layer_type(cache, d);
     SLIPWAY_TRY(type);
-    m["layers"].push_back(descriptor(*type, d.digest, d.size));
+    layers.push_back({.media_type = *type, .digest = d.digest, .size = d.size});
   }
-  if (layer) m["layers"].push_back(descriptor(kOciLayerGzip, layer->digest, layer->size));
-  return dump(m);
+  if (layer)
+    layers.push_back({.media_type = std::string(media::kOciLayerGzip), .digest = layer->digest,
+                      .size = layer->size});
+  return oci_manifest({.digest = sha256_digest(config), .size = config.size()}, layers);
 }
 
 std::string new_index(const std::string& manifest, const std::string& config) {
-  json d = descriptor(media::kOciManifest, sha256_digest(manifest), manifest.size());
-  d["annotations"] = {{"org.opencontainers.image.ref.name", "latest"}};
+  Descriptor d{.digest = sha256_digest(manifest), .size = manifest.size()};
   json c = json::parse(config, nullptr, false);  // ours: valid
   if (c.is_object() && c.contains("os") && c["os"].is_string() && c.contains("architecture") &&
-      c["architecture"].is_string())
-    d["platform"] = {{"os", c["os"]}, {"architecture", c["architecture"]}};
-  return dump(
-      {{"schemaVersion", 2}, {"mediaType", media::kOciIndex}, {"manifests", json::array({d})}});
+      c["architecture"].is_string()) {
+    d.os = c["os"];
+    d.architecture = c["architecture"];
+  }
+  return oci_index(d, "latest");
 }
 
 // --- (3) The archive ---
