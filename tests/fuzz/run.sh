@@ -16,7 +16,8 @@ shift
 [[ $seconds =~ ^[0-9]+$ ]] || { echo "run.sh: SECONDS must be a whole number, not '$seconds'" >&2; exit 2; }
 
 # Every target, in the order of tests/fuzz/README.md; NAME arguments pick some.
-all=(image_ref manifest registry_auth options plugin_args layer libtrain_wire site_settings)
+all=(image_ref manifest registry_auth options plugin_args layer libtrain_wire site_settings squashfs
+  local_archive)
 names=("$@")
 ((${#names[@]})) || names=("${all[@]}")
 
