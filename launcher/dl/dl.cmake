@@ -1,4 +1,4 @@
 # Deep-learning wiring: GPU selection and binds, DL environment, host library injection with ABI
 # checks, node diagnosis (doctor).
-target_sources(slipway_launcher PRIVATE dl/elf.cc dl/ld_cache.cc dl/gpu.cc dl/dl_env.cc
+target_sources(slipway_dl PRIVATE dl/elf.cc dl/ld_cache.cc dl/gpu.cc dl/dl_env.cc
   dl/image_libs.cc dl/host_libs.cc dl/abi_checks.cc dl/doctor.cc)

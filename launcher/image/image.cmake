@@ -1,7 +1,7 @@
 # Image import sources (owned by the image work): references, registry client, layer unpack,
 # node cache and the import orchestration. ISA-L inflates gzip layers (see gzip_source.h).
 pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
-target_sources(slipway_launcher PRIVATE
+target_sources(slipway_image PRIVATE
   image/archive_lazy.cc
   image/cache.cc
   image/cache_admin.cc
@@ -24,4 +24,4 @@ target_sources(slipway_launcher PRIVATE
   image/snapshot.cc
   image/tag_memo.cc)
 # ISA-L is loaded with dlopen on first use (gzip_source.h): headers only.
-target_include_directories(slipway_launcher PRIVATE ${ISAL_INCLUDE_DIRS})
+target_include_directories(slipway_image PRIVATE ${ISAL_INCLUDE_DIRS})

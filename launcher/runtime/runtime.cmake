@@ -1,4 +1,4 @@
 # Container runtime sources: namespaces, mounts, pivot_root.
-target_sources(slipway_launcher PRIVATE runtime/container.cc runtime/holder.cc runtime/mounts.cc
+target_sources(slipway_runtime PRIVATE runtime/container.cc runtime/holder.cc runtime/mounts.cc
   runtime/seccomp.cc runtime/run_in.cc
   runtime/squashfs_mount.cc)
