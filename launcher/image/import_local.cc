@@ -342,7 +342,7 @@ Result<LocalImage> read_docker_archive(LocalSource& src, const std::string& imag
       !j[0]["Config"].is_string() || !j[0].contains("Layers") || !j[0]["Layers"].is_array())
     return Status::error(bad + "must describe exactly one image (Config, Layers)", EINVAL);
   auto config_name = clean_entry_path(j[0]["Config"].get<std::string>());
-  if (!config_name.ok()) return config_name.status().context(bad);
+  if (!config_name.ok()) return config_name.status().context(bad.substr(0, bad.size() - 1));
   auto config = src.read_small(*config_name);
   if (!config.ok()) return config.status().context("image '" + image + "'");
   json c = json::parse(*config, nullptr, false);

@@ -68,7 +68,7 @@ std::string squashfs_mount_unavailable() {
                         : "");
 }
 
-Result<UniqueFd> mount_squashfs(const std::string& file) {
+Result<UniqueFd> mount_squashfs(const std::string& file, unsigned start_timeout_s) {
   const std::string tool = find_tool(kDaemon);
   if (tool.empty()) return Status::error("squashfuse_ll is not installed (apt install squashfuse)", ENOENT);
   UniqueFd fuse(::open("/dev/fuse", O_RDWR | O_CLOEXEC));
@@ -107,6 +107,26 @@ Result<UniqueFd> mount_squashfs(const std::string& file) {
   // Ours closed, the daemon's copy is the connection's last: if it exits, every request on the
   // mount fails (ENOTCONN) instead of waiting for an answer.
   fuse.reset();
+  // A daemon that never answers (its file on a hung filesystem) would hang the step here: a
+  // watchdog kills it after START_TIMEOUT_S, which ends our wait with ENOTCONN.
+  const pid_t watchdog = ::fork();
+  if (watchdog == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() == parent) {
+      sleep(start_timeout_s);
+      ::kill(pid, SIGKILL);
+    }
+    _exit(0);
+  }
+  struct StopWatchdog {
+    pid_t pid;
+    ~StopWatchdog() {
+      if (pid <= 0) return;
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  } stop_watchdog{watchdog};
   // Answered, and the root directory reads back: the daemon serves the file. (A damaged file
   // whose superblock holds is found here, when its inode and directory tables are read.)
   struct statfs sfs;
@@ -117,10 +137,23 @@ Result<UniqueFd> mount_squashfs(const std::string& file) {
     if (root.valid() && ::getdents64(root.get(), entries, sizeof entries) > 0) return mnt;
     e = errno ? errno : EIO;
   }
-  ::kill(pid, SIGKILL);
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  // Killed before we kill it: by the watchdog (its SIGKILL ended our wait).
+  int status = 0;
+  bool timed_out = false;
+  pid_t reaped;
+  while ((reaped = ::waitpid(pid, &status, WNOHANG)) < 0 && errno == EINTR) {
+  }
+  if (reaped == pid) {
+    timed_out = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  } else {
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
   }
   std::string why = daemon_error(err.get());
+  if (timed_out)
+    why = "squashfuse_ll did not answer within " + std::to_string(start_timeout_s) +
+          " s (is the file on a hung filesystem?)";
   if (why.empty()) why = std::string("cannot read it through squashfuse_ll: ") + strerror(e);
   return Status::error(why, EBADMSG);
 }

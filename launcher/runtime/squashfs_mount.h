@@ -25,7 +25,8 @@ std::string squashfs_mount_unavailable();
 // Mounts the squashfs file FILE (an absolute path, opened as the caller) read-only, served by a
 // squashfuse_ll child: a detached mount (open_tree(2)-style descriptor) for move_mount(2). Call it
 // in a user and mount namespace of the caller's own, with the capabilities they give. Returns once
-// the mount answers, or the daemon's error.
-Result<UniqueFd> mount_squashfs(const std::string& file);
+// the mount answers, or the daemon's error; a daemon that has not answered in START_TIMEOUT_S
+// (its file on a hung filesystem) is killed and that is the error: never a hang.
+Result<UniqueFd> mount_squashfs(const std::string& file, unsigned start_timeout_s = 30);
 
 }  // namespace slipway::launcher

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <grp.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 
 #include "check_main.h"
 #include "runtime/container.h"
+#include "runtime/squashfs_mount.h"
 
 using slipway::launcher::LaunchSpec;
 
@@ -351,6 +353,35 @@ START_TEST(corrupt_squashfs_is_one_line_and_leaves_nothing) {
 }
 END_TEST
 
+// A daemon that never answers (here: its "file" a FIFO nobody writes, where open(2) blocks, as on
+// a hung filesystem) is killed after the start timeout; the mount fails in one line, no hang.
+START_TEST(a_squashfs_daemon_that_never_answers_is_a_bounded_error) {
+  const std::string fifo = g_base + "/hung.sqsh";
+  ck_assert_int_eq(mkfifo(fifo.c_str(), 0644), 0);
+  ck_assert_int_eq(lchown(fifo.c_str(), kUser, kUser), 0);
+  const time_t t0 = time(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgroups(0, nullptr) || setgid(kUser) || setuid(kUser))) _exit(90);
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // setuid cleared it: /proc/self/uid_map must be ours
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) _exit(77);
+    write_file("/proc/self/setgroups", "deny");
+    write_file("/proc/self/uid_map", "0 " + std::to_string(kUser) + " 1\n");
+    write_file("/proc/self/gid_map", "0 " + std::to_string(kUser) + " 1\n");
+    auto mnt = slipway::launcher::mount_squashfs(fifo, 1);
+    if (mnt.ok()) _exit(1);
+    fprintf(stderr, "%s\n", mnt.status().message().c_str());
+    _exit(mnt.status().message().find("did not answer within 1 s") != std::string::npos ? 0 : 2);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ck_assert(WIFEXITED(status));
+  ck_assert_int_eq(WEXITSTATUS(status), 0);
+  ck_assert_int_le(time(nullptr) - t0, 5);
+  ck_assert_int_eq(daemons_left(), 0);
+}
+END_TEST
+
 Suite* make_suite(void) {
   if (!userns_available()) {
     printf("SKIPPED: unprivileged user namespaces are not available (user.max_user_namespaces)\n");
@@ -368,6 +399,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, holder_reports_build_errors);
   tcase_add_test(tc, squashfs_image_is_mounted_with_the_users_files);
   tcase_add_test(tc, corrupt_squashfs_is_one_line_and_leaves_nothing);
+  tcase_add_test(tc, a_squashfs_daemon_that_never_answers_is_a_bounded_error);
   suite_add_tcase(s, tc);
   return s;
 }
