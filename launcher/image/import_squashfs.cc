@@ -238,8 +238,8 @@ Result<ImportedImage> find_recorded_image(const NodeCache& cache, std::string_vi
   if (!identity.starts_with("squashfs:")) return find_cached_image(cache, identity);
   std::string path;
   for (size_t i = 9; i < identity.size(); ++i) {
-    if (identity[i] == '%' && i + 2 < identity.size() && std::isxdigit(static_cast<unsigned char>(identity[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(identity[i + 2]))) {
+    const auto hex = [&](size_t j) { return std::isxdigit(static_cast<unsigned char>(identity[j])); };
+    if (identity[i] == '%' && i + 2 < identity.size() && hex(i + 1) && hex(i + 2)) {
       path += static_cast<char>(std::stoi(std::string(identity.substr(i + 1, 2)), nullptr, 16));
       i += 2;
     } else {
