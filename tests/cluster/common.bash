@@ -206,3 +206,13 @@ ${3:-}
 REGISTRY_CONFIG
 }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+# wait_until SECONDS CMD...: poll CMD every 0.1 s; false if it never held.
+wait_until() {
+    local deadline
+    deadline=$(awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.3f", a + b }')
+    shift
+    until "$@"; do
+        awk -v a="$(now)" -v b="$deadline" 'BEGIN { exit !(a > b) }' && return 1
+        sleep 0.1
+    done
+}

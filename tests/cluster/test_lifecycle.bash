@@ -50,16 +50,6 @@ job_holders() {
 }
 count_holders() { job_holders "${1:-}" | wc -l; }
 
-# wait_until SECONDS CMD...: poll CMD every 0.1 s.
-wait_until() {
-    local deadline
-    deadline=$(awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.3f", a + b }')
-    shift
-    until "$@"; do
-        awk -v a="$(now)" -v b="$deadline" 'BEGIN { exit !(a > b) }' && return 1
-        sleep 0.1
-    done
-}
 
 job_gone() { [[ ! $(job_field "$1" JobState) =~ ^(PENDING|CONFIGURING|RUNNING|COMPLETING|SUSPENDED)$ ]]; }
 holders_are() { [[ $(count_holders "$2") -eq $1 ]]; }   # holders_are N JOBID

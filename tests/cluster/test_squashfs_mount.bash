@@ -51,16 +51,6 @@ daemons() {
 no_daemons() { [[ -z $(daemons) ]]; }
 daemons_are() { [[ $(daemons | wc -l) -eq $1 ]]; }
 
-wait_until() {
-    local deadline
-    deadline=$(awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.3f", a + b }')
-    shift
-    until "$@"; do
-        awk -v a="$(now)" -v b="$deadline" 'BEGIN { exit !(a > b) }' && return 1
-        sleep 0.1
-    done
-}
-
 # Published images in the nodes' caches (all nodes together).
 cached_images() { ls "$SANDBOX_DIR"/nodes/node*/var-tmp/slipway-"$UID_"/images 2>/dev/null | wc -l; }
 
@@ -157,23 +147,23 @@ test_without_fuse_access_the_image_is_unpacked_with_one_line() {
     assert_output_contains "ok    fuse: squashfs images are mounted"
 }
 
-test_nothing_is_left_after_scancel_or_kill_of_the_holder() {
-    local jobid holders
+# A 2-node job sleeping in the image, its squashfuse_ll running on both nodes: sets $jobid.
+start_sleeping_job() {
     run_job sbatch --parsable -N2 --time=2 -o /dev/null \
         --wrap "srun -K --container-image=$DIR/image.sqsh sleep 300"
     assert_success
     jobid=${output%%;*}
     trap "\"\$SANDBOX\" exec -- scancel $jobid" EXIT
     wait_until 20 daemons_are 2 || fail "squashfuse_ll running: $(daemons | wc -l), expected 2"
+}
+
+test_nothing_is_left_after_scancel_or_kill_of_the_holder() {
+    local jobid holders
+    start_sleeping_job
     run_job scancel "$jobid"
     wait_until 20 no_daemons || fail "squashfuse_ll left 20 s after scancel: $(daemons)"
 
-    run_job sbatch --parsable -N2 --time=2 -o /dev/null \
-        --wrap "srun -K --container-image=$DIR/image.sqsh sleep 300"
-    assert_success
-    jobid=${output%%;*}
-    trap "\"\$SANDBOX\" exec -- scancel $jobid" EXIT
-    wait_until 20 daemons_are 2 || fail "squashfuse_ll running: $(daemons | wc -l), expected 2"
+    start_sleeping_job
     holders=$(sandbox_pids slipway-holder)
     [[ -n $holders ]] || fail "no slipway-holder on the nodes"
     kill -9 $holders
