@@ -86,6 +86,17 @@ struct Prepared {
   std::optional<FileLock> image_in_use;
 };
 
+// Where named containers live: SLIPWAY_RUNTIME_DIR/UID (runtime_dir= of the plugin), else the
+// cache's containers/ with the default cache; with SLIPWAY_CACHE_DIR set (maybe on a filesystem
+// every node sees), the node-local default cache's, so that nodes never share a container's
+// writable layer (overlayfs refuses NFS as an upper directory anyway), as the plugin does.
+std::string containers_root(const std::string& cache) {
+  const std::string runtime = env_or("SLIPWAY_RUNTIME_DIR", "");
+  if (!runtime.empty()) return runtime + "/" + std::to_string(getuid());
+  const std::string local = default_cache_dir(getuid());
+  return (env_or("SLIPWAY_CACHE_DIR", "").empty() ? cache : local) + "/containers";
+}
+
 // Marks P.image in use; false when an rm or gc removed it since it was imported.
 bool hold_image(Prepared& p, const std::string& cache) {
   if (!p.image.squashfs.empty()) return true;  // mounted from its file: nothing in the cache
@@ -109,7 +120,7 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   in.node = host_name();
   if (!p.opts.container_name.empty()) {
     // The container is this process's for as long as it runs: its lock is kept, not waited for.
-    auto nc = open_named_container(p.opts, cache + "/containers/global", in.node, /*wait_s=*/0);
+    auto nc = open_named_container(p.opts, containers_root(cache) + "/global", in.node, /*wait_s=*/0);
     SLIPWAY_TRY(nc);
     if (nc->running)
       return Status::error("run: container '" + p.opts.container_name + "' is running in a Slurm "

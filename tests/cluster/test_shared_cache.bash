@@ -248,3 +248,15 @@ test_named_containers_stay_per_node_on_a_shared_cache() {
     assert_equal 2 "$(grep -c '^node[0-9]*: 1$' <<<"$output")" "nodes whose container holds its own marker alone"
     [[ ! -d $CACHE/containers ]] || fail "containers under the shared cache: $(ls "$CACHE/containers")"
 }
+
+# The same for `slipway run` with SLIPWAY_CACHE_DIR on the shared directory.
+test_slipway_run_named_containers_stay_per_node_on_a_shared_cache() {
+    local run="env SLIPWAY_CACHE_DIR=$CACHE SLIPWAY_INSECURE_REGISTRIES=$SANDBOX_NET.1:5000 $SLIPWAY_BIN run"
+    run_job salloc -N2 --time=2 sh -c "srun -N2 -K $run --container-image=$BUSYBOX --container-name=pernode-run \
+        -- sh -c 'touch /marker.\$(hostname)' && \
+        srun -N2 -K $run --container-name=pernode-run -- sh -c 'echo \$(hostname): \$(ls / | grep -c ^marker)'"
+    assert_success
+    assert_equal 2 "$(grep -c '^node[0-9]*: 1$' <<<"$output")" "nodes whose container holds its own marker alone"
+    [[ ! -d $CACHE/containers ]] || fail "containers under the shared cache: $(ls "$CACHE/containers")"
+    rm -rf "$SANDBOX_DIR"/nodes/node*/var-tmp/slipway-"$JOB_UID"/containers/global/pernode-run*
+}
