@@ -19,7 +19,8 @@ namespace {
 
 constexpr std::array kToolDirs = {"/usr/bin/", "/usr/local/bin/", "/bin/"};
 
-// The last non-empty line of what FD (a memfd) holds, for an error message.
+}  // namespace
+
 std::string last_line(int fd) {
   struct stat st;
   if (::fstat(fd, &st) == -1 || st.st_size == 0) return "";
@@ -31,8 +32,6 @@ std::string last_line(int fd) {
   size_t nl = text.rfind('\n');
   return nl == std::string::npos ? text : text.substr(nl + 1);
 }
-
-}  // namespace
 
 std::string find_tool(const char* name) {
   for (const char* dir : kToolDirs) {

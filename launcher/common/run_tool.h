@@ -9,6 +9,9 @@
 
 namespace slipway::launcher {
 
+// The last non-empty line of what FD (a memfd or file a tool wrote its stderr to), for an error.
+std::string last_line(int fd);
+
 // The absolute path of NAME in /usr/bin, /usr/local/bin or /bin; "" if it is in none.
 std::string find_tool(const char* name);
 

@@ -24,17 +24,7 @@ namespace slipway::launcher {
 namespace {
 
 constexpr const char* kDaemon = "squashfuse_ll";
-
-// The last line the daemon wrote to its stderr (a memfd), for the error message.
-std::string daemon_error(int fd) {
-  char buf[4096];
-  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  std::string text(buf, n > 0 ? static_cast<size_t>(n) : 0);
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '.'))
-    text.pop_back();
-  const size_t nl = text.rfind('\n');
-  return nl == std::string::npos ? text : text.substr(nl + 1);
-}
+constexpr const char* kNoDaemon = "squashfuse_ll is not installed (apt install squashfuse)";
 
 // In the forked child: become the daemon serving FUSE_FD. Only async-signal-safe calls.
 [[noreturn]] void exec_daemon(char* const argv[], int fuse_fd, int err_fd, pid_t parent) {
@@ -65,7 +55,7 @@ double seconds_since(const struct timespec& t0) {
 }  // namespace
 
 std::string squashfs_mount_unavailable() {
-  if (find_tool(kDaemon).empty()) return "squashfuse_ll is not installed (apt install squashfuse)";
+  if (find_tool(kDaemon).empty()) return kNoDaemon;
   UniqueFd fd(::open("/dev/fuse", O_RDWR | O_CLOEXEC));
   if (fd.valid()) return "";
   const int e = errno;
@@ -77,7 +67,7 @@ std::string squashfs_mount_unavailable() {
 
 Result<UniqueFd> mount_squashfs(const std::string& file, unsigned start_timeout_s) {
   const std::string tool = find_tool(kDaemon);
-  if (tool.empty()) return Status::error("squashfuse_ll is not installed (apt install squashfuse)", ENOENT);
+  if (tool.empty()) return Status::error(kNoDaemon, ENOENT);
   UniqueFd fuse(::open("/dev/fuse", O_RDWR | O_CLOEXEC));
   if (!fuse.valid()) return Status::from_errno("open /dev/fuse", errno);
   // A detached mount (fsopen/fsmount): attached nowhere in this namespace, it is not copied into
@@ -153,7 +143,8 @@ Result<UniqueFd> mount_squashfs(const std::string& file, unsigned start_timeout_
   ::kill(pid, SIGKILL);
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
-  std::string why = daemon_error(err.get());
+  std::string why = last_line(err.get());
+  while (!why.empty() && why.back() == '.') why.pop_back();
   if (timed_out)
     why = "squashfuse_ll did not answer within " + std::to_string(start_timeout_s) +
           " s (is the file on a hung filesystem?)";
