@@ -1,5 +1,6 @@
 // import_as_user() and EuidRoot (see import_child.h). The child reports through a pipe in records
-// "<type><length>:<bytes>": P = a progress line, E = an error (errno then message), R = the image.
+// "<type><length>:<bytes>": P = a progress line, E = an error (errno then message), R = the image's
+// identity (ImportedImage::manifest_digest), after "1 " if it was cached, else "0 ".
 #include "import_child.h"
 
 #include <fcntl.h>
@@ -8,11 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <optional>
 #include <string>
-#include <vector>
+#include <utility>
 
 #include "log.h"
-#include "runtime/run_in.h"
+#include "common/child.h"
+#include "image/cache.h"
 
 namespace slipway::spank {
 namespace {
@@ -20,11 +23,6 @@ namespace {
 void put(std::string& out, std::string_view s) {
   out += std::to_string(s.size()) + ":";
   out.append(s);
-}
-
-void put_list(std::string& out, const std::vector<std::string>& v) {
-  put(out, std::to_string(v.size()));
-  for (const auto& s : v) put(out, s);
 }
 
 // Reads one "<length>:<bytes>" field at `pos`; false when the data is cut short.
@@ -38,39 +36,6 @@ bool take(std::string_view in, size_t& pos, std::string& field) {
   return true;
 }
 
-bool take_list(std::string_view in, size_t& pos, std::vector<std::string>& v) {
-  std::string count;
-  if (!take(in, pos, count)) return false;
-  v.resize(std::stoul(count));
-  for (auto& s : v)
-    if (!take(in, pos, s)) return false;
-  return true;
-}
-
-std::string encode(const launcher::ImportedImage& img) {
-  std::string out;
-  put(out, img.manifest_digest);
-  put(out, img.rootfs);
-  put(out, img.was_cached ? "1" : "0");
-  put_list(out, img.config.env);
-  put_list(out, img.config.entrypoint);
-  put_list(out, img.config.cmd);
-  put(out, img.config.working_dir);
-  put(out, img.config.user);
-  put(out, img.squashfs);
-  return out;
-}
-
-bool decode(std::string_view in, launcher::ImportedImage& img) {
-  size_t pos = 0;
-  std::string cached;
-  return take(in, pos, img.manifest_digest) && take(in, pos, img.rootfs) &&
-         take(in, pos, cached) && (img.was_cached = cached == "1", true) &&
-         take_list(in, pos, img.config.env) && take_list(in, pos, img.config.entrypoint) &&
-         take_list(in, pos, img.config.cmd) && take(in, pos, img.config.working_dir) &&
-         take(in, pos, img.config.user) && take(in, pos, img.squashfs);
-}
-
 void send(int fd, char type, std::string_view body) {
   std::string rec(1, type);
   put(rec, body);
@@ -81,22 +46,15 @@ void send(int fd, char type, std::string_view body) {
   }
 }
 
-[[noreturn]] void child(const StepIds& ids, const ImportWork& work, int fd) {
-  prctl(PR_SET_NAME, "slipway-import", 0, 0, 0);  // what ps and top show admins (and tests)
-  auto who = launcher::become_user(ids.uid, ids.gid);
-  if (!who.ok()) {
-    send(fd, 'E', std::to_string(who.error_number()) + " " + who.message());
-    _exit(1);
-  }
+// The import, in the child (already the user): progress lines as they come, then the image's
+// identity and whether it was cached ("1 sha256:..."), or the error (errno then message).
+int import_body(const ImportWork& work, int fd) {
   auto img = work([fd](std::string_view line) { send(fd, 'P', line); });
-  if (img.ok()) send(fd, 'R', encode(*img));
+  if (img.ok()) send(fd, 'R', std::string(img->was_cached ? "1 " : "0 ") + img->manifest_digest);
   else send(fd, 'E', std::to_string(img.status().error_number()) + " " + img.status().message());
-  _exit(0);
+  return 0;
 }
 
-}  // namespace
-
-namespace {
 // setresuid(2) as the kernel does it: for the calling thread only (glibc's wrapper would apply it
 // to every thread of the process).
 int thread_seteuid(uid_t euid) {
@@ -125,43 +83,62 @@ EuidRoot::~EuidRoot() {
   if (raised_ && thread_seteuid(saved_) != 0) log_error("cannot return to the job user's identity");
 }
 
-launcher::Result<launcher::ImportedImage> import_as_user(
-    const StepIds& ids, const ImportWork& work,
-    const std::function<void(std::string_view)>& progress) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return launcher::Status::from_errno("pipe2", errno);
-  launcher::UniqueFd rd(fds[0]), wr(fds[1]);
+namespace {
+
+// One import in a child that is the user: the image's identity, or why it failed.
+launcher::Result<std::pair<std::string, bool>> import_identity(
+    const StepIds& ids, const ImportWork& work, const std::function<void(std::string_view)>& progress) {
   EuidRoot root;  // slurmstepd's other threads act as root again while we wait
-  pid_t pid = fork();
-  if (pid < 0) return launcher::Status::from_errno("fork the import", errno);
-  if (pid == 0) child(ids, work, wr.get());
-  wr.reset();
-  launcher::Result<launcher::ImportedImage> result =
-      launcher::Status::error("the import process died before it finished", EIO);
+  auto child = launcher::spawn({.name = "slipway-import", .uid = ids.uid, .gid = ids.gid},
+                               [&](int fd) { return import_body(work, fd); });
+  if (!child.ok()) return child.status().context("start the import");
+  std::optional<launcher::Status> failed;
+  std::string identity;
+  bool was_cached = false;
   auto handle = [&](char type, const std::string& field) {
     if (type == 'P') progress(field);
-    if (type == 'E') {
-      size_t sp = field.find(' ');
-      result = launcher::Status::error(field.substr(sp + 1), std::stoi(field.substr(0, sp)));
+    size_t sp = field.find(' ');
+    if (type == 'E' && sp != std::string::npos)
+      failed = launcher::Status::error(field.substr(sp + 1), std::atoi(field.c_str()));
+    if (type == 'R' && sp != std::string::npos) {
+      was_cached = field[0] == '1';
+      identity = field.substr(sp + 1);
     }
-    launcher::ImportedImage img;
-    if (type == 'R' && decode(field, img)) result = std::move(img);
   };
   // Records are handled as they arrive, so progress lines appear while the import runs.
   std::string buf, field;
   size_t pos = 0;
   char chunk[65536];
   ssize_t n;
-  while ((n = read(rd.get(), chunk, sizeof chunk)) > 0 || (n < 0 && errno == EINTR)) {
+  while ((n = read(child->report_fd(), chunk, sizeof chunk)) > 0 || (n < 0 && errno == EINTR)) {
     if (n > 0) buf.append(chunk, static_cast<size_t>(n));
     for (size_t next = pos + 1; pos < buf.size() && take(buf, next, field); next = pos + 1) {
       handle(buf[pos], field);
       pos = next;
     }
   }
-  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  const launcher::ChildExit done = child->wait();
+  if (failed) return *failed;
+  if (identity.empty())
+    return launcher::Status::error("the import process died before it finished (" + done.why() + ")",
+                                   EIO);
+  return std::make_pair(identity, was_cached);
+}
+
+}  // namespace
+
+launcher::Result<launcher::ImportedImage> import_as_user(
+    const StepIds& ids, const std::string& cache_dir, const ImportWork& work,
+    const std::function<void(std::string_view)>& progress) {
+  for (int attempt = 0;; ++attempt) {
+    auto imported = import_identity(ids, work, progress);
+    SLIPWAY_TRY(imported);
+    // The image as the cache holds it, read here as the user (this thread's identity again).
+    auto image = launcher::find_recorded_image(launcher::NodeCache(cache_dir), imported->first);
+    if (image.ok()) image->was_cached = imported->second;
+    // Removed (slipway rm, gc) between its import and this read: import it once more.
+    if (image.ok() || image.status().error_number() != ENOENT || attempt == 1) return image;
   }
-  return result;
 }
 
 }  // namespace slipway::spank

@@ -50,8 +50,10 @@ using ImportWork = std::function<launcher::Result<launcher::ImportedImage>(
     const std::function<void(std::string_view)>& progress)>;
 
 // Runs `work` in a child that became ids.uid/ids.gid; its progress lines reach `progress` here.
+// The child hands back only the image's identity; the image (its root, its config) is then read
+// from CACHE_DIR here, as the user, with find_recorded_image().
 launcher::Result<launcher::ImportedImage> import_as_user(
-    const StepIds& ids, const ImportWork& work,
+    const StepIds& ids, const std::string& cache_dir, const ImportWork& work,
     const std::function<void(std::string_view)>& progress);
 
 }  // namespace slipway::spank

@@ -3,14 +3,13 @@
 // for the step's tasks. Named containers live under <runtime>/job-<id>/NAME (container_scope=job,
 // removed by the job epilog) or <runtime>/global/NAME (container_scope=global).
 #include <fcntl.h>
-#include <grp.h>
 #include <pwd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "common/child.h"
 #include "dl_doctor.h"
 #include "dl_hooks.h"
 #include "import_child.h"
@@ -219,18 +218,10 @@ int remote_job_epilog(spank_t sp) {
   PluginState& st = state();
   st.cache_dir = cache_dir_for(st.config, ids->uid);
   const std::string dir = job_scope_dir(st, ids->uid, ids->job_id);
-  pid_t pid = fork();
-  if (pid < 0) return 0;
-  if (pid == 0) {
-    if (setgroups(1, &ids->gid) != 0 || setresgid(ids->gid, ids->gid, ids->gid) != 0 ||
-        setresuid(ids->uid, ids->uid, ids->uid) != 0)
-      _exit(1);
-    _exit(launcher::remove_dir_tree(dir).ok() ? 0 : 2);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+  auto removal = launcher::spawn({.uid = ids->uid, .gid = ids->gid}, [&](int) {
+    return launcher::remove_dir_tree(dir).ok() ? 0 : 2;
+  });
+  if (!removal.ok() || !removal->wait().ok())
     log_error("job " + std::to_string(ids->job_id) + ": could not remove " + dir);
   return 0;
 }

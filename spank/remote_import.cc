@@ -57,7 +57,7 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
     launcher::choose_squashfs_mount(opts, save);  // as the user: can they open /dev/fuse?
     return launcher::import_image(ref, opts);
   };
-  auto image = import_as_user(ids, work, [](std::string_view line) {
+  auto image = import_as_user(ids, st.cache_dir, work, [](std::string_view line) {
     slurm_spank_log("slipway: %.*s", static_cast<int>(line.size()), line.data());
   });
   if (!image.ok()) return launcher::import_failed(st.options.container_image, image.status());

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/child.h"
 #include "dl_doctor.h"
 #include "dl_hooks.h"
 #include "options/container_plan.h"
@@ -95,12 +96,10 @@ void note_cancel(int) { g_cancelled = 1; }
 // in a child and waits for it; the node's last task to finish saves the container while its
 // holder still runs, and a failed save is its exit status. srun's signals reach the child
 // directly (the step's processes all get them); scancel's SIGTERM means no save.
-[[noreturn]] void save_after_command(const PluginState& st, pid_t child) {
+[[noreturn]] void save_after_command(const PluginState& st, launcher::Child& child) {
   for (int sig : {SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE}) signal(sig, SIG_IGN);
   signal(SIGTERM, note_cancel);
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = child.wait().status;
   if (__atomic_sub_fetch(st.tasks_running, 1, __ATOMIC_ACQ_REL) != 0 || g_cancelled) exit_like(status);
   launcher::SaveRequest req{.holder = st.holder.pid(), .spec = st.spec, .cache_dir = st.cache_dir,
                             .manifest_digest = st.image->manifest_digest,
@@ -130,12 +129,13 @@ int remote_task_init(spank_t sp) {
       local_task == 0 && !st.entrypoint_output.empty())
     (void)!write(STDERR_FILENO, st.entrypoint_output.data(), st.entrypoint_output.size());
   if (st.tasks_running) {
-    const pid_t child = fork();
-    if (child < 0) {
-      log_error(std::string("--container-save: fork: ") + strerror(errno));
+    // The command keeps the signal dispositions slurmstepd gave the task.
+    auto child = launcher::fork_child({.keep_signals = true});
+    if (!child.ok()) {
+      log_error("--container-save: " + child.status().message());
       return -1;
     }
-    if (child > 0) save_after_command(st, child);
+    if (child->pid() > 0) save_after_command(st, *child);
   }
   apply_image_env(sp, st);
   launcher::TaskView view = task_view(sp, st);

@@ -22,6 +22,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/run_step.h"
+#include "common/child.h"
 #include "common/file_util.h"
 #include "image/cache.h"
 #include "dl/dl_env.h"
@@ -318,13 +319,11 @@ void forward_signal(int sig) {
   if (g_child > 0) kill(g_child, sig);
 }
 
-int wait_child(pid_t child) {
-  g_child = child;
+// The command's status as a shell reports it; the signals we get meanwhile are passed on to it.
+int wait_child(Child& child) {
+  g_child = child.pid();
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) signal(sig, forward_signal);
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return child.wait().code();
 }
 
 }  // namespace
@@ -370,10 +369,12 @@ int cmd_run(std::vector<std::string>& args) {
   }
   if (p->opts.entrypoint_log && !entrypoint_output.empty())
     (void)!write(STDERR_FILENO, entrypoint_output.data(), entrypoint_output.size());
-  pid_t child = fork();
-  if (child < 0) return fail(std::string("fork: ") + strerror(errno));
-  if (child == 0) exec_in(*holder, *p, exported, dl_env, std::move(command));
-  int status = wait_child(child);
+  // The command gets the signal dispositions `slipway run` was given, as from a shell.
+  auto child = spawn({.keep_signals = true}, [&](int) -> int {
+    exec_in(*holder, *p, exported, dl_env, std::move(command));
+  });
+  if (!child.ok()) return fail("cannot start the command: " + child.status().message());
+  int status = wait_child(*child);
   std::optional<FileLock> lock;
   if (p->save && (run_dir.empty() || last_of_step(run_dir, lock))) {
     Status saved = save_container(*holder, *p);

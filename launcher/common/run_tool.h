@@ -7,10 +7,9 @@
 #include <string>
 #include <vector>
 
-namespace slipway::launcher {
+#include "common/child.h"
 
-// The last non-empty line of what FD (a memfd or file a tool wrote its stderr to), for an error.
-std::string last_line(int fd);
+namespace slipway::launcher {
 
 // The absolute path of NAME in /usr/bin, /usr/local/bin or /bin; "" if it is in none.
 std::string find_tool(const char* name);

@@ -1,5 +1,5 @@
 // Node diagnosis (see doctor.h). Probes that change process state (unshare, mount, dlopen) run in
-// a forked child that reports one status word and an errno through a pipe, so the caller (the
+// a child (common/child.h) that reports one status word and an errno through a pipe, so the caller (the
 // `slipway` command or slurmstepd's plugin) is never touched by them.
 #include "dl/doctor.h"
 
@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/child.h"
 #include "common/unique_fd.h"
 #include "dl/gpu.h"
 #include "dl/ld_cache.h"
@@ -43,26 +44,15 @@ struct ProbeResult {
 
 template <class F>
 ProbeResult in_child(F&& probe) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return {errno, "pipe"};
-  UniqueFd rd(fds[0]), wr(fds[1]);
-  pid_t pid = fork();
-  if (pid < 0) return {errno, "fork"};
-  if (pid == 0) {
-    rd.reset();
+  auto child = spawn({}, [&](int report_fd) {
     std::string msg;
     int err = probe(msg);
     std::string out = std::to_string(err) + " " + msg;
-    (void)!write(wr.get(), out.data(), out.size());
-    _exit(0);
-  }
-  wr.reset();
-  std::string got;
-  char buf[1024];
-  ssize_t n;
-  while ((n = read(rd.get(), buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
-  int status = 0;
-  waitpid(pid, &status, 0);
+    (void)!write(report_fd, out.data(), out.size());
+    return 0;
+  });
+  if (!child.ok()) return {child.status().error_number(), child.status().message()};
+  const std::string got = child->wait().report;
   if (got.empty()) return {EIO, "the probe died"};
   size_t sp = got.find(' ');
   return {atoi(got.substr(0, sp).c_str()), sp == std::string::npos ? "" : got.substr(sp + 1)};

@@ -56,13 +56,7 @@ Status squash(const std::function<Status(std::string&)>& prepare, const std::str
   const std::string tool = find_tool(kMksquashfs);
   if (tool.empty()) return Status::error("mksquashfs is not installed on this node (squashfs-tools)", ENOENT);
   const std::string tmp = output + ".slipway-tmp-" + std::to_string(getpid());
-  int fds[2];
-  SLIPWAY_SYS(pipe2(fds, O_CLOEXEC), "pipe");
-  UniqueFd rd(fds[0]), wr(fds[1]);
-  pid_t pid = fork();
-  if (pid < 0) return Status::from_errno("fork", errno);
-  if (pid == 0) {
-    rd.reset();
+  auto child = spawn({}, [&](int report_fd) {
     std::string root, why;
     Status st = prepare(root);
     if (!st.ok()) {
@@ -73,28 +67,20 @@ Status squash(const std::function<Status(std::string&)>& prepare, const std::str
                       "-Xcompression-level", "3", "-no-progress", "-quiet"},
                      out.get(), -1, kMaxSquashfs);
     }
-    (void)!write(wr.get(), why.data(), why.size());
-    _exit(why.empty() ? 0 : 1);
-  }
-  wr.reset();
-  std::string why;
-  char buf[4096];
-  for (ssize_t n; (n = read(rd.get(), buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    why.append(buf, static_cast<size_t>(n));
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  const bool made = WIFEXITED(status) && WEXITSTATUS(status) == 0 && why.empty();
+    (void)!write(report_fd, why.data(), why.size());
+    return why.empty() ? 0 : 1;
+  });
+  SLIPWAY_TRY(child);
+  const ChildExit done = child->wait();
+  const std::string& why = done.report;
+  const bool made = done.ok() && why.empty();
   // Readable by everyone who can reach the directory (the group a site shares images with).
   if (made && chmod(tmp.c_str(), 0644) == 0 && rename(tmp.c_str(), output.c_str()) == 0)
     return Status();
   const int err = errno;
   unlink(tmp.c_str());
   if (made) return Status::from_errno("publish " + tmp + " as " + output, err);
-  return Status::error(why.empty() ? "mksquashfs failed" : why, EIO);
+  return Status::error(why.empty() ? "mksquashfs failed: " + done.why() : why, EIO);
 }
 
 // In the child: a user namespace with the user as root, so that mksquashfs reads files of the

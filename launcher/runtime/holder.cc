@@ -1,5 +1,5 @@
-// The holder of a node's container (see container.h): forked by the caller, it becomes the job user
-// entirely, closes every inherited descriptor (a child that keeps slurmstepd's descriptors keeps
+// The holder of a node's container (see container.h): a child of the caller (common/child.h) that
+// is the job user entirely, closes every inherited descriptor (a child that keeps slurmstepd's descriptors keeps
 // the step alive: docs/platform.md, "SPANK callbacks"), builds the container, reports "ready" or
 // the error through a pipe, then sleeps until it is killed or its parent dies.
 #include <fcntl.h>
@@ -14,8 +14,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/child.h"
 #include "runtime/container.h"
-#include "runtime/run_in.h"
 
 namespace slipway::launcher {
 
@@ -63,21 +63,10 @@ Status isolate_descriptors(int report_fd) {
   }
 }
 
-[[noreturn]] void run_holder(const LaunchSpec& spec, int report_fd, pid_t parent,
-                             const HolderOptions& options) {
+// The holder's body (already the user; a detached one in a session of its own): builds the
+// container, reports "ready PID" or the error on fd 3, then waits.
+int run_holder(const LaunchSpec& spec, int report_fd, const HolderOptions& options) {
   Status st = isolate_descriptors(report_fd);
-  if (options.detached) {
-    // The grandchild of the caller, in its own session: nothing that ends the caller ends it.
-    if (st.ok() && setsid() == -1) st = Status::from_errno("setsid", errno);
-    pid_t pid = st.ok() ? fork() : 0;
-    if (pid != 0) _exit(pid > 0 ? 0 : 1);
-  } else {
-    if (st.ok() && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
-      st = Status::from_errno("prctl(PR_SET_PDEATHSIG)", errno);
-    if (st.ok() && getppid() != parent) _exit(1);  // the parent died before PDEATHSIG was set
-  }
-  prctl(PR_SET_NAME, "slipway-holder", 0, 0, 0);  // what ps and top show admins
-  if (st.ok()) st = become_user(spec.uid, spec.gid);
   if (st.ok()) {
     st = options.join > 0    ? join_namespaces(options.join, spec)
          : options.adopt > 0 ? adopt_container(options.adopt, spec)
@@ -86,7 +75,7 @@ Status isolate_descriptors(int report_fd) {
   const std::string msg = st.ok() ? "ready " + std::to_string(getpid()) : st.message();
   (void)!write(3, msg.data(), msg.size());
   ::close(3);
-  if (!st.ok()) _exit(1);
+  if (!st.ok()) return 1;
   if (options.detached) wait_for_users(options.users_lock);
   for (;;) pause();
 }
@@ -147,41 +136,30 @@ void ContainerHolder::stop() {
   owned_.clear();
   if (pid_ <= 0 || owner_ != getpid()) return;
   kill(pid_, SIGKILL);
-  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-  }
+  reap(pid_);
   pid_ = -1;
 }
 
 Result<ContainerHolder> start_holder(const LaunchSpec& spec, const HolderOptions& options) {
-  int fds[2];
-  SLIPWAY_SYS(pipe2(fds, O_CLOEXEC), "pipe2");
-  UniqueFd rd(fds[0]), wr(fds[1]);
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) return Status::from_errno("fork the container holder", errno);
-  if (pid == 0) run_holder(spec, wr.get(), parent, options);
-  wr.reset();
-  ContainerHolder starting(pid, UniqueFd(), UniqueFd());  // reaps the child on every error path
-  if (options.detached) {
-    // The child exits as soon as it has forked the real holder.
-    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    starting.release();
+  // A detached holder is the caller's grandchild, in its own session: nothing that ends the
+  // caller ends it. Otherwise it dies with the caller.
+  auto child = spawn({.name = "slipway-holder", .uid = spec.uid, .gid = spec.gid,
+                      .die_with_parent = !options.detached, .detach = options.detached},
+                     [&](int report_fd) { return run_holder(spec, report_fd, options); });
+  if (!child.ok()) return child.status().context("start the container holder");
+  const std::string msg = child->read_report();
+  if (msg.rfind("ready ", 0) != 0) {
+    const ChildExit done = child->wait();
+    return Status::error(
+        !msg.empty() ? msg : "the container holder died while starting (" + done.why() + ")", EIO);
   }
-  std::string msg;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(rd.get(), buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) msg.append(buf, static_cast<size_t>(n));
-  if (msg.rfind("ready ", 0) != 0)
-    return Status::error(msg.empty() ? "the container holder died while starting" : msg, EIO);
   const pid_t holder_pid = static_cast<pid_t>(std::stol(msg.substr(6)));
-  starting.release();
+  child->release();  // the ContainerHolder owns it from here (or nobody: a detached one)
   auto holder = open_namespaces(holder_pid, spec);
   if (holder.ok() && options.detached) holder->set_not_owned();
   if (!holder.ok() && !options.detached) {
     kill(holder_pid, SIGKILL);
-    waitpid(holder_pid, nullptr, 0);
+    reap(holder_pid);
   }
   return holder;
 }
@@ -192,13 +170,5 @@ Result<ContainerHolder> attach_holder(pid_t pid, const LaunchSpec& spec) {
   return holder;
 }
 
-Status become_user(uid_t uid, gid_t gid) {
-  if (getuid() != 0 && geteuid() != 0) return Status();  // already unprivileged
-  SLIPWAY_SYS(seteuid(0), "seteuid(0)");
-  SLIPWAY_SYS(setgroups(1, &gid), "setgroups");
-  SLIPWAY_SYS(setresgid(gid, gid, gid), "setresgid");
-  SLIPWAY_SYS(setresuid(uid, uid, uid), "setresuid");
-  return Status();
-}
 
 }  // namespace slipway::launcher

@@ -23,7 +23,4 @@ Result<RunResult> run_in_container(const ContainerHolder& holder, const LaunchSp
                                    const std::vector<std::string>& argv,
                                    const std::vector<std::string>& env, int timeout_s);
 
-// From (ruid 0, euid user) as in slurmstepd's user_init, or from the user itself, to the user alone.
-Status become_user(uid_t uid, gid_t gid);
-
 }  // namespace slipway::launcher

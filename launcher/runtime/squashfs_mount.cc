@@ -27,23 +27,16 @@ constexpr const char* kDaemon = "squashfuse_ll";
 constexpr const char* kNoDaemon = "squashfuse_ll is not installed (apt install squashfuse)";
 
 // In the forked child: become the daemon serving FUSE_FD. Only async-signal-safe calls.
-[[noreturn]] void exec_daemon(char* const argv[], int fuse_fd, int err_fd, pid_t parent) {
-  // Dies with the container's owner, so the mount never outlives it (it lives in the
-  // container's mount namespace alone, which goes with its last process).
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) _exit(127);
-  prctl(PR_SET_NAME, "slipway-sqfs", 0, 0, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
+int exec_daemon(char* const argv[], int fuse_fd) {
   int null_fd = open("/dev/null", O_RDWR);
-  if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(err_fd, 2) < 0) _exit(127);
+  if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0) return 127;
   // The daemon keeps the connection as fd 3: dup2 clears O_CLOEXEC, except onto itself.
-  if (fuse_fd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(fuse_fd, 3) < 0) _exit(127);
+  if (fuse_fd == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(fuse_fd, 3) < 0) return 127;
   close_range(4, ~0U, 0);
   char path_env[] = "PATH=/usr/bin:/bin", lang_env[] = "LC_ALL=C";
   char* envp[] = {path_env, lang_env, nullptr};
   execve(argv[0], argv, envp);
-  _exit(127);
+  return 127;
 }
 
 double seconds_since(const struct timespec& t0) {
@@ -91,41 +84,30 @@ Result<UniqueFd> mount_squashfs(const std::string& file, unsigned start_timeout_
   UniqueFd mnt(::fsmount(fs.get(), FSMOUNT_CLOEXEC,
                          MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
   if (!mnt.valid()) return Status::from_errno("fsmount the FUSE filesystem", errno);
-  UniqueFd err(::memfd_create("slipway-sqfs-stderr", MFD_CLOEXEC));
-  if (!err.valid()) return Status::from_errno("memfd_create", errno);
   std::vector<std::string> args = {tool, "-f", "-o", "max_threads=8", file, "/dev/fd/3"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const pid_t parent = getpid();
   struct timespec started;
   clock_gettime(CLOCK_MONOTONIC, &started);
-  const pid_t pid = ::fork();
-  if (pid < 0) return Status::from_errno("fork squashfuse_ll", errno);
-  if (pid == 0) exec_daemon(argv.data(), fuse.get(), err.get(), parent);
+  // The daemon dies with the container's owner, so the mount never outlives it (it lives in the
+  // container's mount namespace alone, which goes with its last process).
+  auto daemon = spawn({.name = "slipway-sqfs", .die_with_parent = true, .capture_stderr = true},
+                      [&](int) { return exec_daemon(argv.data(), fuse.get()); });
+  if (!daemon.ok()) return daemon.status().context("start squashfuse_ll");
   // Ours closed, the daemon's copy is the connection's last: if it exits, every request on the
   // mount fails (ENOTCONN) instead of waiting for an answer.
   fuse.reset();
   // A daemon that never answers (its file on a hung filesystem) would hang the step here: a
-  // watchdog kills it after START_TIMEOUT_S, which ends our wait with ENOTCONN.
-  const pid_t watchdog = ::fork();
-  if (watchdog == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (getppid() == parent) {
-      sleep(start_timeout_s);
-      ::kill(pid, SIGKILL);
-    }
-    _exit(0);
-  }
-  struct StopWatchdog {
-    pid_t pid;
-    ~StopWatchdog() {
-      if (pid <= 0) return;
-      ::kill(pid, SIGKILL);
-      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
-  } stop_watchdog{watchdog};
+  // watchdog kills it after START_TIMEOUT_S, which ends our wait with ENOTCONN. It goes when
+  // this function returns (Child's destructor).
+  const pid_t daemon_pid = daemon->pid();
+  auto watchdog = spawn({.die_with_parent = true}, [&](int) {
+    sleep(start_timeout_s);
+    ::kill(daemon_pid, SIGKILL);
+    return 0;
+  });
+  if (!watchdog.ok()) return watchdog.status().context("start squashfuse_ll's watchdog");
   // Answered, and the root directory reads back: the daemon serves the file. (A damaged file
   // whose superblock holds is found here, when its inode and directory tables are read.)
   struct statfs sfs;
@@ -133,17 +115,18 @@ Result<UniqueFd> mount_squashfs(const std::string& file, unsigned start_timeout_
   if (e == 0) {
     UniqueFd root(::openat(mnt.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     char entries[4096];
-    if (root.valid() && ::getdents64(root.get(), entries, sizeof entries) > 0) return mnt;
+    if (root.valid() && ::getdents64(root.get(), entries, sizeof entries) > 0) {
+      daemon->release();  // it serves the mount as long as the container's owner lives
+      return mnt;
+    }
     e = errno ? errno : EIO;
   }
   // The watchdog's SIGKILL ended our wait when it came that late. (Judged by the clock: the
   // dying daemon closes the connection before it can be reaped, so its status may not be there
   // yet.)
   const bool timed_out = seconds_since(started) >= start_timeout_s;
-  ::kill(pid, SIGKILL);
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  std::string why = last_line(err.get());
+  ::kill(daemon_pid, SIGKILL);
+  std::string why = daemon->wait().stderr_line;
   while (!why.empty() && why.back() == '.') why.pop_back();
   if (timed_out)
     why = "squashfuse_ll did not answer within " + std::to_string(start_timeout_s) +
