@@ -101,12 +101,6 @@ launcher::TaskPlacement placement(spank_t sp) {
   return t;
 }
 
-std::string node_name() {
-  char buf[256] = {};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 // An empty directory of the user's, bound over other tasks' GPU entries in /proc.
 std::string empty_dir(const PluginState& st) {
   if (st.cache_dir.empty()) return "";

@@ -14,6 +14,7 @@
 #include "remote_env.h"
 #include "runtime/container.h"
 #include "runtime/seccomp.h"
+#include "step/step.h"
 #include "spank_c.h"
 
 namespace slipway::spank {
@@ -41,8 +42,9 @@ struct PluginState {
   // --container-save on the first node: how many of the node's tasks still run, in memory shared
   // with the tasks (remote_task.cc, save_after_command()); null otherwise.
   int* tasks_running = nullptr;
-  std::optional<launcher::ImportedImage> image;  // set by user_init on success
-  launcher::LaunchSpec spec;                     // the node's container, as the holder built it
+  // Set by user_init on success: the image (held in use) and the node's container, as the holder
+  // built it (a joined container's settings are the instance's): launcher/step/step.h.
+  std::optional<launcher::Step> step;
   launcher::ContainerHolder holder;              // the node's container for this step
   std::optional<launcher::SeccompProgram> seccomp;  // runtime/seccomp.h, for every task
   std::string cache_dir;                         // the node cache this step uses
@@ -52,7 +54,6 @@ struct PluginState {
   std::optional<launcher::FileLock> named_lock;  // held while the step starts or joins it
   std::optional<launcher::Instance> running;     // the instance this step joins or copies
   std::string instances_dir;                     // where the step records its holder
-  std::optional<launcher::FileLock> image_in_use;  // keeps `slipway gc` off the step's image
   std::vector<std::string> entrypoint_env;       // what the image's entrypoint exported
   std::string entrypoint_output;                 // shown with --container-entrypoint-log
 };
@@ -84,6 +85,8 @@ std::string client_cwd(spank_t sp);
 // remote_container.cc: the node's container for the step (named or not), started in user_init
 // once the image is known; finish at the end of the step (slurm_spank_exit); job epilog cleanup.
 launcher::Status prepare_named_container(PluginState& st);
+launcher::SiteDefaults site_defaults(const PluginConfig& cfg);
+std::string node_name();
 launcher::Status start_node_container(spank_t sp, PluginState& st);
 void finish_node_container(PluginState& st);
 int remote_job_epilog(spank_t sp);

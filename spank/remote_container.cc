@@ -35,6 +35,26 @@ std::string job_scope_dir(const PluginState& st, uid_t uid, uint32_t job_id) {
   return runtime_root(st, uid) + "/job-" + std::to_string(job_id);
 }
 
+// --container-entrypoint: the image's entrypoint runs once per node, in the container, before the
+// tasks (options/entrypoint.h), with the image's Env and the --container-env names of the job's.
+Status run_entrypoint(spank_t sp, PluginState& st) {
+  if (!launcher::wants_entrypoint(*st.step, st.options, st.config.execute_entrypoint)) return Status();
+  std::vector<std::string> job_env;
+  char** env = nullptr;
+  if (spank_get_item(sp, S_JOB_ENV, &env) == ESPANK_SUCCESS && env)
+    for (char** e = env; *e; ++e) job_env.emplace_back(*e);
+  auto r = [&] {
+    EuidRoot root;  // the entrypoint's child becomes the user; slurmstepd stays root meanwhile
+    return launcher::step_entrypoint(st.holder, *st.step, st.options, job_env);
+  }();
+  SLIPWAY_TRY(r);
+  st.entrypoint_output = std::move(r->output);
+  st.entrypoint_env = std::move(r->exported);
+  return Status();
+}
+
+}  // namespace
+
 std::string node_name() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
@@ -45,30 +65,6 @@ launcher::SiteDefaults site_defaults(const PluginConfig& cfg) {
   return {.mount_home = cfg.mount_home, .remap_root = cfg.remap_root, .writable = cfg.writable,
           .mounts = cfg.mounts};
 }
-
-// --container-entrypoint: the image's entrypoint runs once per node, in the container, before the
-// tasks (options/entrypoint.h), with the image's Env and the --container-env names of the job's.
-Status run_entrypoint(spank_t sp, PluginState& st) {
-  const auto& entrypoint = st.image->config.entrypoint;
-  if (!st.options.entrypoint.value_or(st.config.execute_entrypoint) || entrypoint.empty())
-    return Status();
-  std::vector<std::string> job_env;
-  char** env = nullptr;
-  if (spank_get_item(sp, S_JOB_ENV, &env) == ESPANK_SUCCESS && env)
-    for (char** e = env; *e; ++e) job_env.emplace_back(*e);
-  auto r = [&] {
-    EuidRoot root;  // the entrypoint's child becomes the user; slurmstepd stays root meanwhile
-    return launcher::run_entrypoint(
-        st.holder, st.spec, entrypoint,
-        launcher::entrypoint_start_env(job_env, st.image->config, st.options));
-  }();
-  SLIPWAY_TRY(r);
-  st.entrypoint_output = std::move(r->output);
-  st.entrypoint_env = std::move(r->exported);
-  return Status();
-}
-
-}  // namespace
 
 std::string cache_dir_for(const PluginConfig& cfg, uid_t uid) {
   if (cfg.cache_dir.empty()) return launcher::default_cache_dir(uid);
@@ -166,30 +162,20 @@ Result<launcher::ContainerHolder> start_step_holder(PluginState& st, launcher::L
 }  // namespace
 
 Status start_node_container(spank_t sp, PluginState& st) {
-  const launcher::PlanInput in{.rootfs = st.image->rootfs,
-                               .squashfs_file = st.image->squashfs,
-                               .cache_dir = st.cache_dir,
-                               .uid = st.ids->uid, .gid = st.ids->gid,
-                               .home = home_of(st.ids->uid), .named_dir = st.named_dir,
-                               .node = node_name()};
-  auto spec = launcher::plan_container(st.options, site_defaults(st.config), in);
-  SLIPWAY_TRY(spec);
-  SLIPWAY_TRY(prepare_dl_node(sp, st, *spec));
+  launcher::LaunchSpec& spec = st.step->spec;
+  SLIPWAY_TRY(prepare_dl_node(sp, st, spec));
   // Every container gets the filter, as with pyxis (runtime/seccomp.h). Compiled here, in
   // slurmstepd itself: tasks are forked from a threaded process and then enter the container,
   // where neither dlopen(3) nor the host's libseccomp should be used.
   auto filter = launcher::compile_fake_root_filter();
   SLIPWAY_TRY(filter);
   st.seccomp = std::move(*filter);
-  if (!st.named_dir.empty() && !st.named_exists && !st.running)
-    SLIPWAY_TRY(launcher::record_named_container_image(st.named_dir, st.image->manifest_digest));
   bool joined = false;
-  auto holder = start_step_holder(st, *spec, joined);
+  auto holder = start_step_holder(st, spec, joined);
   SLIPWAY_TRY(holder);
-  st.spec = std::move(*spec);
   st.holder = std::move(*holder);
-  SLIPWAY_TRY(launcher::record_instance(st.instances_dir, st.holder.pid(), st.spec,
-                                        st.image->manifest_digest));
+  SLIPWAY_TRY(launcher::record_instance(st.instances_dir, st.holder.pid(), spec,
+                                        st.step->image.manifest_digest));
   st.named_lock.reset();  // recorded: later steps may join or copy it now
   // A container already running has had its entrypoint.
   return joined ? Status() : run_entrypoint(sp, st);
@@ -198,7 +184,7 @@ Status start_node_container(spank_t sp, PluginState& st) {
 void finish_node_container(PluginState& st) {
   st.holder.stop();
   st.named_lock.reset();
-  st.image_in_use.reset();
+  st.step.reset();  // the image is no longer in use
 }
 
 // Job epilog (root, in a slurmstepd that slurmd started): remove the job's named containers on this

@@ -65,46 +65,29 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
 }
 
 
-// The image of the step: the named container's, or imported (once per node) from the reference.
-launcher::Result<launcher::ImportedImage> step_image(spank_t sp, PluginState& st) {
-  if (st.named_exists || st.running) {
-    auto digest = st.running ? launcher::Result<std::string>(st.running->image)
-                             : named_container_image(st);
-    SLIPWAY_TRY(digest);
-    auto image = launcher::find_recorded_image(launcher::NodeCache(st.cache_dir), *digest);
-    if (!image.ok() && digest->starts_with("squashfs:"))
-      return image.status().context("container '" + st.options.container_name + "'");
-    if (!image.ok())
-      return launcher::Status::error(
-          "the image of container '" + st.options.container_name +
-              "' is no longer in the node cache; recreate it with --container-name=" +
-              st.options.container_name + ":create --container-image=IMAGE",
-          ENOENT);
-    return image;
-  }
-  return import_for(sp, *st.ids);
-}
-
 launcher::Status setup_step(spank_t sp, PluginState& st) {
   SLIPWAY_TRY(prepare_named_container(st));
-  // The image stays in the cache while the step runs (slipway rm and gc skip images in use). An
-  // rm or gc between the import and the mark removes it: then import it again.
-  for (int attempt = 0;; ++attempt) {
-    auto image = step_image(sp, st);
-    SLIPWAY_TRY(image);
-    st.image = std::move(*image);
-    if (!st.image->squashfs.empty()) break;  // mounted from its file: nothing in the cache to hold
-    auto in_use = launcher::mark_in_use(launcher::NodeCache(st.cache_dir), st.image->manifest_digest);
-    if (in_use.ok()) {
-      st.image_in_use = std::move(*in_use);
-      break;
-    }
-    if (in_use.status().error_number() != ENOENT || attempt == 2) break;  // as before: run unmarked
+  launcher::StepInput in;
+  in.options = st.options;
+  in.site = site_defaults(st.config);
+  in.plan.cache_dir = st.cache_dir;
+  in.plan.uid = st.ids->uid;
+  in.plan.gid = st.ids->gid;
+  in.plan.home = home_of(st.ids->uid);
+  in.plan.named_dir = st.named_dir;
+  in.plan.node = node_name();
+  // A running or named container's image; else imported once per node, as the user.
+  if (st.running) {
+    in.recorded_image = st.running->image;
+  } else if (st.named_exists) {
+    auto digest = named_container_image(st);
+    SLIPWAY_TRY(digest);
+    in.recorded_image = *digest;
   }
-  // The per-task private mount point of the container root (see LaunchSpec::scratch_dir).
-  std::string mnt = st.cache_dir + "/mnt";
-  if (mkdir(mnt.c_str(), 0700) != 0 && errno != EEXIST)
-    return launcher::Status::from_errno("create " + mnt, errno);
+  in.import = [&] { return import_for(sp, *st.ids); };
+  auto step = launcher::prepare_step(in);
+  SLIPWAY_TRY(step);
+  st.step = std::move(*step);
   return start_node_container(sp, st);
 }
 
@@ -150,14 +133,14 @@ int remote_user_init(spank_t sp) {
     // Raised (once per node) by task_init: an error logged here would reach srun twice. The call
     // site of a failed system call goes to the node's log only.
     if (!status.where().empty()) log_verbose("(" + status.message() + ": at " + status.where() + ")");
-    st.image.reset();
+    st.step.reset();
     st.deferred_error = status.message();
     return 0;
   }
   log_info("step " + std::to_string(ids->job_id) + "." + std::to_string(ids->step_id) + ": image " +
-           st.image->manifest_digest +
-           (!st.image->squashfs.empty() ? " (mounted)"
-            : st.image->was_cached      ? " (cached)"
+           st.step->image.manifest_digest +
+           (!st.step->image.squashfs.empty() ? " (mounted)"
+            : st.step->image.was_cached      ? " (cached)"
                                         : " (imported)") +
            (st.named_dir.empty() ? "" : ", container '" + st.options.container_name + "'") +
            ", holder " + std::to_string(st.holder.pid()));

@@ -2,79 +2,48 @@
 // user's command): set the task's environment, join the node's container with a private view,
 // then lock privileges down. The command is looked up after this returns, so inside the image.
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "common/child.h"
 #include "dl_doctor.h"
 #include "dl_hooks.h"
-#include "options/container_plan.h"
 #include "log.h"
 #include "plugin_state.h"
 #include "remote_env.h"
 #include "runtime/container.h"
-#include "options/save.h"
-#include "runtime/seccomp.h"
+#include "step/step.h"
 
 namespace slipway::spank {
 namespace {
-
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return !p.empty() && stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 std::string current_dir() {
   char buf[4096];
   return getcwd(buf, sizeof buf) ? std::string(buf) : std::string("/");
 }
 
-// What only this task gets: Slurm's PMIx server directory (in the task's environment only from
-// task_init on: docs/platform.md, "SPANK callbacks") and its working directory, unless the
-// node's binds cover it.
-launcher::TaskView task_view(spank_t sp, const PluginState& st) {
-  launcher::TaskView view;
-  // sbatch_support: slurmd keeps the batch script in its spool directory; the container gets that
-  // one file, read-only, at the same path, so slurmstepd can exec it.
+// What this task sets and binds (launcher/step/step.h task_entry: the image's Env, what the
+// entrypoint exported, HOME, PMIx's directory and settings, the working directory), set in the
+// task's environment; and with sbatch_support, the batch script: slurmd keeps it in its spool
+// directory, and the container gets that one file, read-only, at the same path, so slurmstepd can
+// exec it. The PMIx server's directory is in the task's environment only from task_init on
+// (docs/platform.md, "SPANK callbacks").
+launcher::TaskView enter_environment(spank_t sp, const PluginState& st) {
+  launcher::TaskInput in{.cwd = current_dir(), .home = home_of(st.ids->uid),
+                         .entrypoint_env = st.entrypoint_env,
+                         .job_env = [sp](const std::string& name) { return job_getenv(sp, name.c_str()); }};
+  launcher::TaskEntry entry = launcher::task_entry(*st.step, st.options, in);
+  for (const auto& [name, value] : entry.env) spank_setenv(sp, name.c_str(), value.c_str(), 1);
   int argc = 0;
   char** argv = nullptr;
   if (st.ids && st.ids->step_id == SLURM_BATCH_SCRIPT &&
       spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS && argc > 0 && argv[0][0] == '/')
-    view.binds.push_back({.source = argv[0], .destination = argv[0], .read_only = true,
-                          .recursive = false});
-  if (auto pmix = job_getenv(sp, "PMIX_SERVER_TMPDIR"); pmix && is_dir(*pmix))
-    view.binds.push_back({.source = *pmix, .destination = *pmix});
-  launcher::add_working_directory(st.options, st.spec, current_dir(), st.image->config.working_dir,
-                                  view);
-  return view;
-}
-
-// The image's Env and what its entrypoint exported (launcher::image_settings()); HOME inside.
-void apply_image_env(spank_t sp, const PluginState& st) {
-  auto job_has = [&](const std::string& name) { return job_getenv(sp, name.c_str()).has_value(); };
-  for (const auto& [name, value] :
-       launcher::image_settings(st.options, st.image->config.env, st.entrypoint_env, job_has))
-    spank_setenv(sp, name.c_str(), value.c_str(), 1);
-  if (auto home = launcher::container_home(st.spec, home_of(st.ids->uid)); !home.empty())
-    spank_setenv(sp, "HOME", home.c_str(), 1);
-}
-
-// PMIx inside the container (docs/platform.md, "PMIx"): without the server's directory bound,
-// the shared memory store (gds ds12/ds21) cannot be used; with root remapped inside, only munge
-// can prove who we are to Slurm's PMIx server.
-void adjust_pmix_env(spank_t sp, const PluginState& st, const launcher::TaskView& view) {
-  auto tmpdir = job_getenv(sp, "PMIX_SERVER_TMPDIR");
-  if (!tmpdir) return;  // not a PMIx step
-  bool bound = std::any_of(view.binds.begin(), view.binds.end(),
-                           [&](const auto& b) { return b.destination == *tmpdir; });
-  if (!bound) spank_setenv(sp, "PMIX_MCA_gds", "hash", 1);
-  if (st.spec.remap_root && is_dir("/run/munge")) spank_setenv(sp, "PMIX_MCA_psec", "munge", 1);
+    entry.view.binds.insert(entry.view.binds.begin(), {.source = argv[0], .destination = argv[0],
+                                                       .read_only = true, .recursive = false});
+  return entry.view;
 }
 
 volatile sig_atomic_t g_cancelled = 0;
@@ -101,14 +70,12 @@ void note_cancel(int) { g_cancelled = 1; }
   signal(SIGTERM, note_cancel);
   const int status = child.wait().status;
   if (__atomic_sub_fetch(st.tasks_running, 1, __ATOMIC_ACQ_REL) != 0 || g_cancelled) exit_like(status);
-  launcher::SaveRequest req{.holder = st.holder.pid(), .spec = st.spec, .cache_dir = st.cache_dir,
-                            .manifest_digest = st.image->manifest_digest,
-                            .output_path = st.options.save_path};
-  if (auto saved = launcher::save_container(req); !saved.ok()) {
+  if (auto saved = launcher::save_step(st.holder.pid(), *st.step, st.options, st.cache_dir);
+      !saved.ok()) {
     log_error(saved.message());
     exit_like(WIFEXITED(status) && WEXITSTATUS(status) != 0 ? status : 1 << 8);
   }
-  log_info("saved the container to " + req.output_path);
+  log_info("saved the container to " + st.options.save_path);
   exit_like(status);
 }
 
@@ -123,7 +90,7 @@ int remote_task_init(spank_t sp) {
       log_error(st.deferred_error);
     return -1;
   }
-  if (!st.image) return 0;  // no container for this step
+  if (!st.step) return 0;  // no container for this step
   int local_task = -1;
   if (st.options.entrypoint_log && spank_get_item(sp, S_TASK_ID, &local_task) == ESPANK_SUCCESS &&
       local_task == 0 && !st.entrypoint_output.empty())
@@ -137,28 +104,20 @@ int remote_task_init(spank_t sp) {
     }
     if (child->pid() > 0) save_after_command(st, *child);
   }
-  apply_image_env(sp, st);
-  launcher::TaskView view = task_view(sp, st);
-  adjust_pmix_env(sp, st, view);
+  launcher::TaskView view = enter_environment(sp, st);
   if (auto dl = prepare_dl_task(sp, st, view); !dl.ok()) {
     log_error(dl.message());
     return -1;
   }
-  if (auto status = launcher::join_container(st.holder, st.spec, view); !status.ok()) {
+  if (auto status = launcher::join_container(st.holder, st.step->spec, view); !status.ok()) {
     log_error("cannot enter the container of image '" + st.options.container_image + "': " +
               status.message() + diagnosis_for(status, st));
     return -1;
   }
   // Nothing the user runs in the container may gain privileges (setuid binaries, file caps).
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    log_error(std::string("prctl(PR_SET_NO_NEW_PRIVS): ") + strerror(errno));
+  if (auto s = launcher::lock_down(st.seccomp); !s.ok()) {
+    log_error(s.message());
     return -1;
-  }
-  if (st.seccomp) {
-    if (auto s = launcher::install_seccomp(*st.seccomp); !s.ok()) {
-      log_error(s.message());
-      return -1;
-    }
   }
   return 0;
 }

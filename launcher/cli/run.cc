@@ -31,6 +31,7 @@
 #include "runtime/container.h"
 #include "runtime/seccomp.h"
 #include "options/save.h"
+#include "step/step.h"
 
 namespace slipway::launcher::cli {
 namespace {
@@ -77,14 +78,11 @@ Result<JobOptions> parse_options(const std::vector<std::string>& args, size_t en
 struct Prepared {
   std::string run_dir;  // under srun, this node's directory for the step
   JobOptions opts;
-  ImportedImage image;
-  LaunchSpec spec;
+  Step step;            // the image (held in use while the command runs) and the container's plan
   std::optional<NamedContainer> named;
   std::optional<SeccompProgram> seccomp;  // compiled before entering (runtime/seccomp.h)
   bool entrypoint = false;                // --container-entrypoint, and the image has one
   bool save = false;                      // --container-save, and this node saves
-  // Held while the command runs: `slipway rm` and `gc` skip the image (image/cache.h mark_in_use).
-  std::optional<FileLock> image_in_use;
 };
 
 // Where named containers live: SLIPWAY_RUNTIME_DIR/UID (runtime_dir= of the plugin), else the
@@ -98,14 +96,8 @@ std::string containers_root(const std::string& cache) {
   return (env_or("SLIPWAY_CACHE_DIR", "").empty() ? cache : local) + "/containers";
 }
 
-// Marks P.image in use; false when an rm or gc removed it since it was imported.
-bool hold_image(Prepared& p, const std::string& cache) {
-  if (!p.image.squashfs.empty()) return true;  // mounted from its file: nothing in the cache
-  auto in_use = mark_in_use(NodeCache(cache), p.image.manifest_digest);
-  if (in_use.ok()) p.image_in_use.emplace(std::move(*in_use));
-  return in_use.ok() || in_use.status().error_number() != ENOENT;  // else: run unmarked
-}
-
+// The step's container (step/step.h prepare_step) from the command line and the SLIPWAY_*
+// settings; the import runs here, as the user, pinned once per node under srun (run_step.h).
 Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   Prepared p;
   auto opts = parse_options(args, end);
@@ -113,64 +105,54 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   p.opts = std::move(*opts);
   const std::string cache = import_options().cache_dir;
   p.run_dir = step_run_dir(cache);
-  PlanInput in;
-  in.cache_dir = cache;
-  in.uid = getuid();
-  in.gid = getgid();
-  in.home = env_or("HOME", "");
-  in.node = host_name();
+  StepInput in;
+  in.options = p.opts;
+  in.site = {.mount_home = env_flag("SLIPWAY_MOUNT_HOME", true),
+             .remap_root = env_flag("SLIPWAY_REMAP_ROOT", false),
+             .writable = env_flag("SLIPWAY_WRITABLE", false), .mounts = env_or("SLIPWAY_MOUNTS", "")};
+  in.plan.cache_dir = cache;
+  in.plan.uid = getuid();
+  in.plan.gid = getgid();
+  in.plan.home = env_or("HOME", "");
+  in.plan.node = host_name();
   if (!p.opts.container_name.empty()) {
     // The container is this process's for as long as it runs: its lock is kept, not waited for.
-    auto nc = open_named_container(p.opts, containers_root(cache) + "/global", in.node, /*wait_s=*/0);
+    auto nc = open_named_container(p.opts, containers_root(cache) + "/global", in.plan.node,
+                                   /*wait_s=*/0);
     SLIPWAY_TRY(nc);
     if (nc->running)
       return Status::error("run: container '" + p.opts.container_name + "' is running in a Slurm "
-                               "step on " + in.node + "; join it with srun --overlap "
+                               "step on " + in.plan.node + "; join it with srun --overlap "
                                "--container-name=" + p.opts.container_name + ", or wait for it",
                            EBUSY);
     p.named = std::move(*nc);
-    in.named_dir = p.named->dir;
-  }
-  if (p.named && p.named->exists) {
-    auto digest = named_container_image(p.named->dir, p.opts.container_name);
-    SLIPWAY_TRY(digest);
-    auto img = find_recorded_image(NodeCache(cache), *digest);
-    if (!img.ok()) return img.status().context("container '" + p.opts.container_name + "'");
-    p.image = std::move(*img);
-    hold_image(p, cache);
-  } else {
-    ImportOptions io = import_options();
-    choose_squashfs_mount(io, p.opts.save_path);
-    // An rm or gc between the import and the mark removes the image: import it again.
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      auto ref = parse_text_ref(p.opts.container_image);
-      auto img = !ref.ok()           ? Result<ImportedImage>(ref.status())
-                 : p.run_dir.empty() ? import_image(*ref, io)
-                                     : import_for_step(p.opts.container_image, p.run_dir, io);
-      if (!img.ok()) return import_failed(p.opts.container_image, img.status());
-      p.image = std::move(*img);
-      if (hold_image(p, cache)) break;
+    in.plan.named_dir = p.named->dir;
+    if (p.named->exists) {
+      auto digest = named_container_image(p.named->dir, p.opts.container_name);
+      SLIPWAY_TRY(digest);
+      in.recorded_image = *digest;
     }
-    if (p.named) SLIPWAY_TRY(record_named_container_image(p.named->dir, p.image.manifest_digest));
   }
-  in.rootfs = p.image.rootfs;
-  in.squashfs_file = p.image.squashfs;
-  SLIPWAY_TRY(make_private_dirs(cache + "/mnt"));
-  auto spec = plan_container(p.opts, SiteDefaults{.mount_home = env_flag("SLIPWAY_MOUNT_HOME", true),
-                                                    .remap_root = env_flag("SLIPWAY_REMAP_ROOT", false),
-                                                    .writable = env_flag("SLIPWAY_WRITABLE", false),
-                                                    .mounts = env_or("SLIPWAY_MOUNTS", "")},
-                             in);
-  SLIPWAY_TRY(spec);
-  p.spec = std::move(*spec);
+  ImportOptions io = import_options();
+  choose_squashfs_mount(io, p.opts.save_path);
+  in.import = [&]() -> Result<ImportedImage> {
+    auto ref = parse_text_ref(p.opts.container_image);
+    auto img = !ref.ok()           ? Result<ImportedImage>(ref.status())
+               : p.run_dir.empty() ? import_image(*ref, io)
+                                   : import_for_step(p.opts.container_image, p.run_dir, io);
+    if (!img.ok()) return import_failed(p.opts.container_image, img.status());
+    return img;
+  };
+  auto step = prepare_step(in);
+  SLIPWAY_TRY(step);
+  p.step = std::move(*step);
   struct utsname machine = {};
   uname(&machine);
   auto filter = cached_fake_root_filter(cache + "/seccomp-" + machine.machine + "-v" +
                                         std::to_string(kFakeRootFilterVersion) + ".bpf");
   SLIPWAY_TRY(filter);
   p.seccomp = std::move(*filter);
-  p.entrypoint = p.opts.entrypoint.value_or(env_flag("SLIPWAY_EXECUTE_ENTRYPOINT", false)) &&
-                 !p.image.config.entrypoint.empty();
+  p.entrypoint = wants_entrypoint(p.step, p.opts, env_flag("SLIPWAY_EXECUTE_ENTRYPOINT", false));
   // As with the plugin, the step's first node saves (under srun, its last task to finish).
   p.save = !p.opts.save_path.empty() && (p.run_dir.empty() || env_or("SLURM_NODEID", "0") == "0");
   return p;
@@ -182,25 +164,20 @@ extern "C" char** environ;
 Result<EntrypointRun> entrypoint_in(const ContainerHolder& holder, const Prepared& p) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  return run_entrypoint(holder, p.spec, p.image.config.entrypoint,
-                        entrypoint_start_env(env, p.image.config, p.opts));
+  return step_entrypoint(holder, p.step, p.opts, env);
 }
 
-// The image's Env and what its entrypoint exported (image_settings()); HOME inside.
-void apply_image_env(const Prepared& p, const std::vector<std::string>& exported) {
-  auto job_has = [](const std::string& name) { return getenv(name.c_str()) != nullptr; };
-  for (const auto& [name, value] : image_settings(p.opts, p.image.config.env, exported, job_has))
-    setenv(name.c_str(), value.c_str(), 1);
-  if (auto home = container_home(p.spec, env_or("HOME", "")); !home.empty())
-    setenv("HOME", home.c_str(), 1);
-}
-
-// --container-save (options/save.h), while HOLDER still keeps the container.
-Status save_container(const ContainerHolder& holder, const Prepared& p) {
-  return launcher::save_container({.holder = holder.pid(), .spec = p.spec,
-                                   .cache_dir = import_options().cache_dir,
-                                   .manifest_digest = p.image.manifest_digest,
-                                   .output_path = p.opts.save_path});
+// What the task sets and binds (step/step.h task_entry), set in this process's environment; the
+// binds are returned.
+TaskView enter_environment(const Prepared& p, const std::vector<std::string>& exported) {
+  TaskInput in{.cwd = current_dir(), .home = env_or("HOME", ""), .entrypoint_env = exported,
+               .job_env = [](const std::string& name) -> std::optional<std::string> {
+                 const char* v = getenv(name.c_str());
+                 return v ? std::optional<std::string>(v) : std::nullopt;
+               }};
+  TaskEntry entry = task_entry(p.step, p.opts, in);
+  for (const auto& [name, value] : entry.env) setenv(name.c_str(), value.c_str(), 1);
+  return entry.view;
 }
 
 // Under srun: find the node's holder for this step, or start it (and run the entrypoint in it:
@@ -221,13 +198,13 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
   if (in >> pid >> image && pid > 0 && kill(pid, 0) == 0) {
     // One container per node and step: a task that names another image (tasks of a step given
     // different images, or several `slipway run`s of different images in one step) cannot join it.
-    if (image != p.image.manifest_digest)
+    if (image != p.step.image.manifest_digest)
       return Status::error("the container of this step on " + host_name() + " runs image " + image +
-                               ", not " + p.image.manifest_digest + " ('" + p.opts.container_image +
+                               ", not " + p.step.image.manifest_digest + " ('" + p.opts.container_image +
                                "'): the tasks of a step on a node share one container; give them "
                                "one --container-image, or run this one in a step of its own",
                            EINVAL);
-    auto attached = attach_holder(pid, p.spec);
+    auto attached = attach_holder(pid, p.step.spec);
     if (attached.ok()) {
       if (p.entrypoint) {
         auto vars = recorded_entrypoint(run_dir);
@@ -238,10 +215,10 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
     }
   }
   sweep_stale_run_dirs(run_dir);  // once per node and step: only the first task gets here
-  auto holder = start_holder(p.spec, {.detached = true, .users_lock = run_dir + "/users"});
+  auto holder = start_holder(p.step.spec, {.detached = true, .users_lock = run_dir + "/users"});
   SLIPWAY_TRY(holder);
   std::ofstream(run_dir + "/holder", std::ios::trunc)
-      << holder->pid() << "\n" << p.image.manifest_digest << "\n";
+      << holder->pid() << "\n" << p.step.image.manifest_digest << "\n";
   if (p.entrypoint) {
     auto r = entrypoint_in(*holder, p);
     SLIPWAY_TRY(record_entrypoint(run_dir, r));
@@ -271,19 +248,9 @@ Result<std::vector<EnvSetting>> task_dl_env() {
   return dl_environment(*t, range);
 }
 
-TaskView task_view(const Prepared& p) {
-  TaskView view;
-  if (const char* pmix = getenv("PMIX_SERVER_TMPDIR"))
-    view.binds.push_back({.source = pmix, .destination = pmix, .optional = true});
-  add_working_directory(p.opts, p.spec, current_dir(), p.image.config.working_dir, view);
-  return view;
-}
-
 // Locks down and execs; never returns. `entered` says how getting into the container went.
 [[noreturn]] void exec_command(Status st, const Prepared& p, std::vector<std::string> command) {
-  if (st.ok() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-    st = Status::from_errno("prctl(PR_SET_NO_NEW_PRIVS)", errno);
-  if (st.ok() && p.seccomp) st = install_seccomp(*p.seccomp);
+  if (st.ok()) st = lock_down(p.seccomp);
   if (!st.ok()) _exit(fail("cannot start the container: " + st.message()));
   std::vector<char*> argv;
   for (auto& a : command) argv.push_back(a.data());
@@ -297,9 +264,9 @@ TaskView task_view(const Prepared& p) {
 [[noreturn]] void exec_in(const ContainerHolder& holder, const Prepared& p,
                           const std::vector<std::string>& exported,
                           const std::vector<EnvSetting>& dl_env, std::vector<std::string> command) {
-  apply_image_env(p, exported);
+  const TaskView view = enter_environment(p, exported);
   for (const auto& e : dl_env) setenv(e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0);
-  exec_command(join_container(holder, p.spec, task_view(p)), p, std::move(command));
+  exec_command(join_container(holder, p.step.spec, view), p, std::move(command));
 }
 
 // user namespaces refuse a multi-threaded caller (unshare(2), EINVAL). Plain read(2): an ifstream
@@ -337,16 +304,16 @@ int cmd_run(std::vector<std::string>& args) {
   std::vector<std::string> command;
   if (dash < args.size()) command.assign(args.begin() + static_cast<long>(dash) + 1, args.end());
   // No command: the image's Cmd, as `docker run IMAGE` (its Entrypoint runs as the options say).
-  if (command.empty()) command = p->image.config.cmd;
+  if (command.empty()) command = p->step.image.config.cmd;
   if (command.empty()) return fail("run: give the command after '--' (the image has no Cmd)"), 2;
   const std::string& run_dir = p->run_dir;
   // Alone, this process becomes the container: no holder, no fork, nothing left behind. The
   // entrypoint and --container-save need the container before and after the command: a holder.
   if (run_dir.empty() && !p->entrypoint && !p->save && is_single_threaded()) {
     // No process of ours stays behind: the command itself keeps the image in use.
-    if (p->image_in_use) p->image_in_use->keep_across_exec();
-    apply_image_env(*p, {});
-    exec_command(enter_container(p->spec, task_view(*p)), *p, std::move(command));
+    if (p->step.image_in_use) p->step.image_in_use->keep_across_exec();
+    const TaskView view = enter_environment(*p, {});
+    exec_command(enter_container(p->step.spec, view), *p, std::move(command));
   }
   std::vector<EnvSetting> dl_env;
   if (!run_dir.empty()) {
@@ -358,7 +325,7 @@ int cmd_run(std::vector<std::string>& args) {
   std::vector<std::string> exported;
   std::string entrypoint_output;
   Result<ContainerHolder> holder =
-      run_dir.empty() ? start_holder(p->spec)
+      run_dir.empty() ? start_holder(p->step.spec)
                       : step_holder(*p, run_dir, users, exported, entrypoint_output);
   if (!holder.ok()) return fail("cannot start the container: " + holder.status().message());
   if (run_dir.empty() && p->entrypoint) {
@@ -377,7 +344,7 @@ int cmd_run(std::vector<std::string>& args) {
   int status = wait_child(*child);
   std::optional<FileLock> lock;
   if (p->save && (run_dir.empty() || last_of_step(run_dir, lock))) {
-    Status saved = save_container(*holder, *p);
+    Status saved = save_step(holder->pid(), p->step, p->opts, import_options().cache_dir);
     if (!saved.ok()) return fail(saved.message()), status != 0 ? status : 1;
   }
   return status;

@@ -2,7 +2,9 @@
 # `debian-python` runs MPI_Allreduce over 4 nodes x 2 tasks under srun --mpi=pmix; the two ranks of
 # a node share memory (vader) with cross-memory attach forced, which OpenMPI refuses unless they
 # share one user namespace; a PMIx client completes Put/Commit/Fence/Get across nodes (also as root
-# inside); srun --mpi=pmi2 hands PMI_FD to the task, and a PMI-1 exchange over it works.
+# inside); srun --mpi=pmi2 hands PMI_FD to the task, and a PMI-1 exchange over it works. The same
+# PMIx exchanges and MPI through `slipway run` as the task, which sets PMIx up as the plugin does
+# (launcher/step/step.h task_entry): the server's directory bound, munge with root inside.
 # The programs (tests/cluster/programs/) are compiled on the host into the job user's home.
 
 setup_file() {
@@ -21,6 +23,7 @@ setup_file() {
     # shellcheck disable=SC2046
     cc -O2 -Wall -o "$BIN/pmix_client" "$src/pmix_client.c" $(pkg-config --cflags --libs pmix) \
         || fail "cannot compile pmix_client.c"
+    install -m 0755 "${SLIPWAY_BUILD_DIR:-$REPO_DIR/build}/launcher/slipway" "$BIN/slipway"
     chown -R slwuser: "$BIN"
 }
 
@@ -88,4 +91,23 @@ test_mpi_under_salloc() {
     run_job salloc -N2 --ntasks-per-node=2 --time=2 --container-image="$PYTHON" srun --mpi=pmix -K -n4 "$BIN/mpi_allreduce"
     assert_success
     assert_equal 4 "$(grep -Ec '^rank [0-3]/4 .* sum 6 large ok$' <<<"$output")" "correct ranks"
+}
+
+# `slipway run` as the task (no plugin option): PMIx and MPI work as through the plugin.
+test_pmix_and_mpi_through_slipway_run() {
+    run_job env SLIPWAY_INSECURE_REGISTRIES="$SANDBOX_NET.1:5000" \
+        srun --mpi=pmix -N2 --ntasks-per-node=2 -K "$BIN/slipway" run --container-image="$PYTHON" -- \
+        sh -c "$BIN/pmix_client && $BIN/mpi_allreduce"
+    assert_success
+    assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[12] peers ok$' <<<"$output")" "ranks that got every peer"
+    assert_equal 4 "$(grep -Ec '^rank [0-3]/4 .* sum 6 large ok$' <<<"$output")" "correct MPI ranks"
+}
+
+test_pmix_with_root_inside_through_slipway_run() {
+    run_job env SLIPWAY_INSECURE_REGISTRIES="$SANDBOX_NET.1:5000" \
+        srun --mpi=pmix -N2 --ntasks-per-node=2 -K "$BIN/slipway" run --container-image="$PYTHON" \
+        --container-remap-root -- sh -c "echo psec=\$PMIX_MCA_psec; $BIN/pmix_client"
+    assert_success
+    assert_equal 4 "$(grep -cx 'psec=munge' <<<"$output")" "tasks told to prove who they are with munge"
+    assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[12] peers ok$' <<<"$output")" "ranks that got every peer"
 }

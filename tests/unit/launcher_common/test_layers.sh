@@ -13,7 +13,8 @@ declare -A allowed=(
     [runtime]="common"
     [dl]="common runtime"
     [options]="common image runtime"
-    [cli]="common image runtime dl options"
+    [step]="common image runtime dl options"
+    [cli]="common image runtime dl options step"
 )
 bad=0
 for layer in "${!allowed[@]}"; do
@@ -29,8 +30,8 @@ for layer in "${!allowed[@]}"; do
         done < <(sed -n 's/^#include "\([a-z_]*\/[^"]*\)".*/\1/p' "$f")
     done
 done
-if grep -rn '#include "\(common\|image\|runtime\|dl\|options\|cli\)/' "$repo/libtrain" >/dev/null 2>&1; then
-    grep -rn '#include "\(common\|image\|runtime\|dl\|options\|cli\)/' "$repo/libtrain" | sed 's/^/libtrain includes launcher: /'
+if grep -rn '#include "\(common\|image\|runtime\|dl\|options\|step\|cli\)/' "$repo/libtrain" >/dev/null 2>&1; then
+    grep -rn '#include "\(common\|image\|runtime\|dl\|options\|step\|cli\)/' "$repo/libtrain" | sed 's/^/libtrain includes launcher: /'
     bad=1
 fi
 ((bad == 0)) && echo "layers: every include of launcher/ runs down the layers"
