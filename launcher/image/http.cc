@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -26,16 +27,31 @@ Result<std::string> read_small_file(const std::string& path) {
   return text;
 }
 
+using Clock = std::chrono::steady_clock;
+
 struct Transfer {
   const BodySink* sink = nullptr;
   HttpResponse* resp = nullptr;
   uint64_t max_body = 0;
   long status = 0;
   Status sink_status;
+  long silence_s = 0;          // HttpRequest::silence_timeout_s
+  Clock::time_point last_byte;  // when the last header line or body bytes arrived
+  bool silent = false;          // aborted by on_progress for the silence
 };
+
+// CURLOPT_XFERINFOFUNCTION: libcurl calls it about once a second while nothing arrives
+// (CURLOPT_XFERINFOFUNCTION(3)), so a silence is cut within a second of its limit. A byte count
+// would not do: dlnow counts body bytes only, and a stalled answer may have sent its headers.
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  t->silent = Clock::now() - t->last_byte >= std::chrono::seconds(t->silence_s);
+  return t->silent ? 1 : 0;  // non-zero: CURLE_ABORTED_BY_CALLBACK
+}
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
+  t->last_byte = Clock::now();
   std::string line(data, size * n);
   if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or 100-continue)
     t->resp->headers.clear();
@@ -56,6 +72,7 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
 
 size_t on_body(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
+  t->last_byte = Clock::now();
   size_t len = size * n;
   bool success = t->status >= 200 && t->status < 300;
   if (success && t->sink) {
@@ -148,7 +165,7 @@ Result<HttpResponse> HttpClient::perform(const HttpRequest& req, const BodySink*
   CURL* c = impl_->curl;
   C().easy_reset(c);
   HttpResponse resp;
-  Transfer t{sink, &resp, max_body, 0, Status()};
+  Transfer t{sink, &resp, max_body, 0, Status(), req.silence_timeout_s, Clock::now(), false};
   curl_slist* hdrs = nullptr;
   for (const auto& h : req.headers) hdrs = C().slist_append(hdrs, h.c_str());
   C().easy_setopt(c, CURLOPT_URL, req.url.c_str());
@@ -159,7 +176,16 @@ Result<HttpResponse> HttpClient::perform(const HttpRequest& req, const BodySink*
   C().easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   C().easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   C().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  C().easy_setopt(c, CURLOPT_CONNECTTIMEOUT, impl_->opts.connect_timeout_s);
+  // A TLS server that accepts and never answers the handshake is still connecting: the silence
+  // caps the connect timeout too.
+  long connect_s = impl_->opts.connect_timeout_s;
+  if (req.silence_timeout_s > 0) {
+    connect_s = connect_s > 0 ? std::min(connect_s, req.silence_timeout_s) : req.silence_timeout_s;
+    C().easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    C().easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    C().easy_setopt(c, CURLOPT_XFERINFODATA, &t);
+  }
+  C().easy_setopt(c, CURLOPT_CONNECTTIMEOUT, connect_s);
   if (impl_->opts.min_rate_bytes > 0) {
     C().easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, impl_->opts.min_rate_bytes);
     C().easy_setopt(c, CURLOPT_LOW_SPEED_TIME, impl_->opts.low_speed_time_s);
@@ -188,6 +214,10 @@ Result<HttpResponse> HttpClient::perform(const HttpRequest& req, const BodySink*
   CURLcode rc = C().easy_perform(c);
   C().slist_free_all(hdrs);
   if (!t.sink_status.ok()) return t.sink_status;
+  if (rc == CURLE_ABORTED_BY_CALLBACK && t.silent) {
+    *kind = TransportError::kTimeout;
+    return Status::error("nothing received for " + std::to_string(t.silence_s) + " s", ETIMEDOUT);
+  }
   if (rc != CURLE_OK) {
     *kind = classify(rc);
     std::string why = impl_->errbuf[0] ? impl_->errbuf : C().easy_strerror(rc);

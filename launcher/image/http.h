@@ -27,6 +27,10 @@ struct HttpRequest {
   std::vector<std::string> headers;  // "Name: value"
   std::string user, password;        // HTTP Basic when user is not empty
   bool head = false;                 // HEAD: headers only
+  // Abandon the request once nothing (no header line, no body byte) has arrived for this many
+  // seconds, counted from its start, a stall mid-body included; it also caps the connect timeout.
+  // 0: never. Fails as TransportError::kTimeout, "nothing received for N s".
+  long silence_timeout_s = 0;
 };
 
 struct HttpResponse {

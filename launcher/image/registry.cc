@@ -132,13 +132,15 @@ std::string RegistryClient::mirror_url(const std::string& mirror) const {
 }
 
 // One try at the mirror (its own retries would only delay the fall-back), never with the
-// registry's credentials: a pull-through cache authenticates upstream itself.
+// registry's credentials: a pull-through cache authenticates upstream itself. A mirror that hangs
+// is cut after mirror_silence_s without a byte.
 std::optional<Result<HttpResponse>> RegistryClient::get_from_mirror(
     const std::string& path, const std::vector<std::string>& headers, Sink* sink, bool head) {
   auto m = opts_.mirrors.find(ref_.registry);
   if (m == opts_.mirrors.end() || mirror_failed_->load()) return std::nullopt;
   HttpRequest req{mirror_url(m->second) + path, headers, {}, {}};
   req.head = head;
+  req.silence_timeout_s = opts_.mirror_silence_s;
   if (sink && sink->restart) SLIPWAY_TRY(sink->restart());
   TransportError kind;
   auto resp = http_->perform(req, sink ? &sink->body : nullptr, &kind);

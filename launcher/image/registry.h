@@ -22,8 +22,9 @@ struct RegistryOptions {
   std::vector<std::string> insecure_registries;  // host[:port] spoken to over plain HTTP
   // Pull-through mirrors, registry host[:port] -> mirror host[:port] (registry_mirrors=): manifests
   // and blobs are asked of the mirror first, without the registry's credentials, and verified as
-  // always; a mirror that fails (unreachable, or any answer but success) is dropped for the rest of
-  // the import, with one call of `warn`, and the registry itself is asked.
+  // always; a mirror that fails (unreachable, any answer but success, mirror_silence_s without a
+  // byte, a corrupt blob) is dropped for the rest of the import, with one call of `warn`, and the
+  // registry itself is asked.
   std::map<std::string, std::string> mirrors;
   std::function<void(const std::string& line)> warn;
   std::string ca_file;          // extra CA bundle (in addition to the system store)
@@ -36,6 +37,10 @@ struct RegistryOptions {
   long min_rate_window_s = 30;
   long transfer_timeout_s = 0;
   int max_retries = 4;
+  // A mirror that sends nothing for this long (no answer yet, or a body that stopped) is dropped
+  // as one that failed: a hung mirror costs an import this long, not the registry's limits above
+  // (30 s a request by default, forever with registry_min_rate=0). Not a site setting.
+  long mirror_silence_s = 10;
 };
 
 // registry_min_rate= (a size per second: 1M, 64K, 0 for none) and registry_timeout= (seconds, 0

@@ -1,6 +1,7 @@
 // Registry transport tests: HTTPS with a private CA (a docker-registry TLS config, certificates
 // made with openssl) trusted through RegistryOptions.ca_file and refused without it; retries on
-// 429 and 5xx against a tiny Python HTTP server on 127.0.0.1 that refuses each path once.
+// 429 and 5xx against a tiny Python HTTP server on 127.0.0.1 that refuses each path once; slow
+// registries, and mirrors that lie or hang, against the same server.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -93,7 +94,9 @@ END_TEST
 
 // A registry that answers every path 429 (manifests) or 503 (blobs) the first time, with
 // Retry-After: 0, and 200 after; paths under /v2/busy/ always get 429. Serves DIR/manifest.json
-// and DIR/blobs/<digest>; logs each request path to DIR/requests.log.
+// and DIR/blobs/<digest>; logs each request path to DIR/requests.log. Under /v2/lying/ and
+// /v2/hanging/, DIR/corrupt lists blobs sent with a wrong byte, and DIR/hang is "silent" (no
+// request is ever answered) or lists blobs whose answer stops halfway.
 static const char* kFlakyServer = R"PY(
 import os, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -119,9 +122,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200)
         manifest = "/manifests/" in self.path
         slow = self.path.startswith("/v2/slow/")
-        lying = self.path.startswith("/v2/lying/")
+        lying = self.path.startswith(("/v2/lying/", "/v2/hanging/"))
         if (n == 0 and not slow and not lying) or self.path.startswith("/v2/busy/"):
             return self.reply(429 if manifest else 503)
+        hang = os.path.join(root, "hang")  # a mirror that hangs: see hanging_mirror_...
+        hang = open(hang).read() if os.path.exists(hang) else ""
+        if hang == "silent":
+            return time.sleep(3600)  # the request is read, never answered
         if manifest:
             body = open(os.path.join(root, "manifest.json"), "rb").read()
             return self.reply(200, body, "application/vnd.oci.image.manifest.v1+json")
@@ -132,6 +139,13 @@ class Handler(BaseHTTPRequestHandler):
         corrupt = os.path.join(root, "corrupt")  # a mirror that lies about the blobs listed there
         if lying and os.path.exists(corrupt) and self.path.rsplit("/", 1)[1] in open(corrupt).read():
             body = body[:-1] + bytes([body[-1] ^ 1])
+        if self.path.rsplit("/", 1)[1] in hang:  # headers and half the blob, then nothing
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            return time.sleep(3600)
         if not slow:
             return self.reply(200, body)
         self.send_response(200)  # /v2/slow/: blobs trickle at 256 bytes/s
@@ -322,6 +336,62 @@ START_TEST(lying_mirror_falls_back_to_the_registry) {
 }
 END_TEST
 
+// A mirror that hangs, in the two ways seen in the field: it never answers (it reads the request:
+// a pull-through cache whose upstream hangs), or it sends a layer's headers and half its bytes,
+// then nothing. Either is dropped once it has sent nothing for mirror_silence_s, with one warning,
+// and the registry serves the image; even with registry_min_rate=0, where nothing else would end
+// the wait (it used to hang there, and take 30 s with the default rate).
+START_TEST(hanging_mirror_falls_back_to_the_registry) {
+  Sandbox sb;
+  std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("a", "from the registry").finish();
+  std::string manifest =
+      R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",)"
+      R"("config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" +
+      sha256_digest(kConfig) + R"(","size":)" + std::to_string(strlen(kConfig)) +
+      R"(},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":")" +
+      sha256_digest(layer) + R"(","size":)" + std::to_string(layer.size()) + "}]}";
+  int round = 0;
+  for (const std::string& hang : {std::string("silent"), sha256_digest(layer)}) {
+    std::string origin_dir = sb.base + "-origin", mirror_dir = sb.base + "-mirror";
+    mkdir(origin_dir.c_str(), 0700);
+    mkdir(mirror_dir.c_str(), 0700);
+    {
+      FlakyServer origin(origin_dir), mirror(mirror_dir);
+      ck_assert_msg(origin.port > 0 && mirror.port > 0, "the python3 test servers did not start");
+      write_text(mirror_dir + "/hang", hang);
+      for (FlakyServer* srv : {&origin, &mirror}) {
+        for (const auto& b : {std::string(kConfig), layer}) srv->add_blob(b);
+        write_text(srv->dir + "/manifest.json", manifest);
+      }
+      ImportOptions o;
+      o.cache_dir = sb.root + "/cache-" + std::to_string(round++);
+      o.registry.insecure_registries = {origin.host(), mirror.host()};
+      o.registry.mirrors = {{origin.host(), mirror.host()}};
+      o.registry.max_retries = 0;
+      o.registry.min_rate_bytes = 0;
+      o.registry.mirror_silence_s = 2;
+      std::vector<std::string> warnings;
+      o.registry.warn = [&](const std::string& line) { warnings.push_back(line); };
+      auto start = std::chrono::steady_clock::now();
+      auto img = import_image(*parse_image_ref(origin.host() + "/hanging/img:v1"), o);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+      ck_assert(read_text(img->rootfs + "/a") == "from the registry");
+      ck_assert_msg(secs >= 1.9 && secs < 6, "%s: the fall-back took %.1f s", hang.c_str(), secs);
+      ck_assert_int_eq(static_cast<int>(warnings.size()), 1);
+      ASSERT_CONTAINS(warnings[0], "warning: registry mirror " + mirror.host() + " failed for '" +
+                                       origin.host() + "/hanging/img:v1' (nothing received for 2 s); "
+                                       "using " + origin.host() + " itself");
+      ck_assert_int_eq(mirror.count("/blobs/" + sha256_digest(layer)), hang == "silent" ? 0 : 1);
+      ck_assert_int_eq(origin.count("/blobs/" + sha256_digest(layer)), 1);
+      ck_assert_int_eq(count_entries(o.cache_dir + "/tmp"), 0);
+    }
+    remove_all(origin_dir);
+    remove_all(mirror_dir);
+  }
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("transport");
   TCase* tc = tcase_create("transport");
@@ -330,6 +400,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, retries_on_429_and_503);
   tcase_add_test(tc, slow_registry_times_out_with_the_blob_named);
   tcase_add_test(tc, lying_mirror_falls_back_to_the_registry);
+  tcase_add_test(tc, hanging_mirror_falls_back_to_the_registry);
   suite_add_tcase(s, tc);
   return s;
 }
