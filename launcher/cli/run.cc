@@ -215,7 +215,9 @@ Result<ContainerHolder> step_holder(const Prepared& p, const std::string& run_di
     }
   }
   sweep_stale_run_dirs(run_dir);  // once per node and step: only the first task gets here
-  auto holder = start_holder(p.step.spec, {.detached = true, .users_lock = run_dir + "/users"});
+  auto holder = start_holder(p.step.spec, {.detached = true, .users_lock = run_dir + "/users",
+                                           .join_lock = run_dir + "/lock",
+                                           .when_unused = [run_dir] { remove_run_dir(run_dir); }});
   SLIPWAY_TRY(holder);
   std::ofstream(run_dir + "/holder", std::ios::trunc)
       << holder->pid() << "\n" << p.step.image.manifest_digest << "\n";

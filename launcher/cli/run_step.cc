@@ -97,6 +97,14 @@ Result<std::vector<std::string>> recorded_entrypoint(const std::string& run_dir)
   return vars;
 }
 
+void remove_run_dir(const std::string& dir) {
+  // `lock` last: a task that arrives meanwhile waits on it (the remover holds it), then sees it
+  // unlinked and starts afresh; it never finds a new `lock` beside the old `users`.
+  for (const char* f : {"/holder", "/users", "/image", "/entrypoint", "/finished", "/lock"})
+    unlink((dir + f).c_str());
+  rmdir(dir.c_str());
+}
+
 // Run directories of this node's earlier steps whose holder was killed before it could remove
 // them (SIGKILL: `scancel -s KILL`, an OOM kill, a node's daemons stopped): nobody holds their
 // `lock` or `users`, and the holder recorded there is gone. The first task of the next step on

@@ -38,6 +38,10 @@ Result<ImportedImage> import_for_step(const std::string& text, const std::string
 Status record_entrypoint(const std::string& run_dir, const Result<EntrypointRun>& r);
 Result<std::vector<std::string>> recorded_entrypoint(const std::string& run_dir);
 
+// Removes the step directory DIR and its files: by its detached holder when the last task has gone
+// (HolderOptions::when_unused), or by the next step's first task for a holder that was killed.
+void remove_run_dir(const std::string& dir);
+
 // Removes the directories of this node's earlier steps whose holder was killed (not OWN).
 void sweep_stale_run_dirs(const std::string& own);
 

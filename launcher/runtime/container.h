@@ -18,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,12 +94,12 @@ struct HolderOptions {
   // task that happened to start it may finish first. stop() then only forgets it.
   bool detached = false;
   std::string users_lock;
+  // A detached holder looks at `users_lock` only while it holds `join_lock` exclusively (a task
+  // holding it is joining, or finishing with the container), and calls `when_unused` still
+  // holding it before it exits: how its caller (cli/run_step.h) clears what it kept for it.
+  std::string join_lock;
+  std::function<void()> when_unused;
 };
-
-// Removes a detached holder's run directory: the directory of its `users_lock`, with the files
-// that `slipway run` keeps there (holder, lock, users, image, entrypoint, finished). The holder does it when its last
-// task has gone; the next step's first task does it for a holder that was killed first.
-void remove_run_dir(const std::string& dir);
 
 // Starts the holder. When the caller runs as root with another effective uid (slurmstepd in
 // user_init), the holder first becomes spec.uid/spec.gid entirely. It keeps none of the caller's

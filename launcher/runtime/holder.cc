@@ -1,10 +1,9 @@
 // The holder of a node's container (see container.h): a child of the caller (common/child.h) that
-// is the job user entirely, closes every inherited descriptor (a child that keeps slurmstepd's descriptors keeps
-// the step alive: docs/platform.md, "SPANK callbacks"), builds the container, reports "ready" or
-// the error through a pipe, then sleeps until it is killed or its parent dies.
+// is the job user entirely, closes every inherited descriptor (a child that keeps slurmstepd's
+// descriptors keeps the step alive: docs/platform.md, "SPANK callbacks"), builds the container,
+// reports "ready" or the error through a pipe, then sleeps until it is killed or its parent dies.
 #include <fcntl.h>
 #include <sched.h>
-#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
@@ -18,14 +17,6 @@
 #include "runtime/container.h"
 
 namespace slipway::launcher {
-
-void remove_run_dir(const std::string& dir) {
-  // `lock` last: a task that arrives meanwhile waits on it (the remover holds it), then sees it
-  // unlinked and starts afresh; it never finds a new `lock` beside the old `users`.
-  for (const char* f : {"/holder", "/users", "/image", "/entrypoint", "/finished", "/lock"})
-    unlink((dir + f).c_str());
-  rmdir(dir.c_str());
-}
 
 namespace {
 
@@ -42,15 +33,13 @@ Status isolate_descriptors(int report_fd) {
   return Status();
 }
 
-// A detached holder lives while any task holds a shared flock on the users lock; the last one out
-// leaves it to remove the step's run directory (the lock's directory: holder, lock, users files,
-// and the image the step's tasks pinned). It looks only while it holds the directory's `lock`, and
-// removes it still holding it: a task that holds `lock` is joining, or is the last and saving
-// the container (--container-save), and one that waited for it sees the lock file unlinked.
-[[noreturn]] void wait_for_users(const std::string& users_lock) {
-  const std::string dir = users_lock.substr(0, users_lock.rfind('/'));
-  UniqueFd fd(open(users_lock.c_str(), O_RDONLY | O_CLOEXEC));
-  UniqueFd lock(open((dir + "/lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+// A detached holder lives while any task holds a shared flock on its users lock. It looks only
+// while it holds the join lock, and exits still holding it, after the caller's when_unused: a
+// task that holds the join lock is joining, or is the last and saving the container
+// (--container-save), and one that waited for it finds what when_unused cleared.
+[[noreturn]] void wait_for_users(const HolderOptions& options) {
+  UniqueFd fd(open(options.users_lock.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd lock(open(options.join_lock.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   for (;;) {
     usleep(200 * 1000);
     if (lock.valid() && flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;
@@ -58,7 +47,7 @@ Status isolate_descriptors(int report_fd) {
       if (lock.valid()) flock(lock.get(), LOCK_UN);
       continue;
     }
-    remove_run_dir(dir);
+    if (options.when_unused) options.when_unused();
     _exit(0);
   }
 }
@@ -76,7 +65,7 @@ int run_holder(const LaunchSpec& spec, int report_fd, const HolderOptions& optio
   (void)!write(3, msg.data(), msg.size());
   ::close(3);
   if (!st.ok()) return 1;
-  if (options.detached) wait_for_users(options.users_lock);
+  if (options.detached) wait_for_users(options);
   for (;;) pause();
 }
 
