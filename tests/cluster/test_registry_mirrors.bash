@@ -4,6 +4,10 @@
 # download; a mirror that fails is dropped with a warning line and the origin serves the job.
 # (docker-registry's proxy does not merge concurrent first fetches of one blob: a cold 4-node job
 # makes it fetch a blob from the origin up to once per node; measured, see docs/performance.md.)
+# Mirrors of ours (python3, fake_mirror) that hang, before answering or halfway through a layer,
+# or that lie about a layer's bytes: through the plugin and through `slipway run`, each is dropped
+# with one warning line per process that asked it, within seconds, the origin serves the job, and
+# the nodes' caches hold nothing half-written or corrupt (`slipway check`, an empty tmp/).
 
 setup_file() {
     require_sandbox
@@ -25,12 +29,18 @@ setup_file() {
         [[ -n $(ss -Hltn "src $SANDBOX_NET.1 and sport = :5003") ]] && break
         sleep 0.05
     done
+    write_fake_mirror
+    # The nodes cannot see a build under /tmp (each has its own): run a copy from the user's home.
+    BIN=$(job_user_home)/.slipway-mirror-test/slipway
+    install -d -o slwuser "$(dirname "$BIN")"
+    install -m 0755 -o slwuser "$(dirname "$(dirname "${SLIPWAY_PLUGIN:-$REPO_DIR/build/spank/spank_slipway.so}")")/launcher/slipway" "$BIN"
     mirror_up "$MIRROR"
 }
 
 teardown_file() {
     [[ -e $WORK/mirror.pid ]] && kill "$(cat "$WORK/mirror.pid")" 2>/dev/null
-    rm -rf "$WORK"
+    stop_fake_mirrors
+    rm -rf "$WORK" "$(dirname "$BIN")"
     "$SANDBOX" up >/dev/null 2>&1
 }
 
@@ -41,7 +51,106 @@ mirror_up() {
 }
 
 clear_caches() { rm -rf "$SANDBOX_DIR"/nodes/node*/var-tmp/slipway-"$(id -u slwuser)"; }
+
+# A mirror of ours on $SANDBOX_NET.1:PORT, in the background until stop_fake_mirrors; MODE is
+#   silent  it accepts connections and never reads or answers them
+#   stall   it passes the origin's answers on, but a layer's (a blob over 64 KiB) stops after its
+#           headers and half its bytes
+#   lie     it passes the origin's answers on, with one byte of each layer flipped (size right)
+# Each request it passed on is a line of $WORK/fake-PORT.log: METHOD PATH STATUS [MODE, for a layer].
+fake_mirror() {
+    setsid python3 "$WORK/fake_mirror.py" "$SANDBOX_NET.1" "$2" "$ORIGIN" "$1" "$WORK/fake-$2.log" \
+        </dev/null >"$WORK/fake-$2.out" 2>&1 &
+    echo $! >"$WORK/fake-$2.pid"
+    wait_until 5 is_listening "$2" || fail "the $1 mirror did not start: $(cat "$WORK/fake-$2.out")"
+}
+is_listening() { [[ -n $(ss -Hltn "src $SANDBOX_NET.1 and sport = :$1") ]]; }
+stop_fake_mirrors() {
+    local pidfile
+    for pidfile in "$WORK"/fake-*.pid; do
+        [[ -e $pidfile ]] || continue
+        kill "$(cat "$pidfile")" 2>/dev/null
+        rm -f "$pidfile"
+    done
+    return 0
+}
+write_fake_mirror() {
+    cat >"$WORK/fake_mirror.py" <<'EOF'
+import socket, sys, time, urllib.error, urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+addr, port, origin, mode, log = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+
+if mode == "silent":
+    server, held = socket.create_server((addr, port), backlog=64), []
+    while True:
+        held.append(server.accept()[0])  # kept open, never read, never answered
+
+class Handler(BaseHTTPRequestHandler):
+    def answer(self, head):
+        asked = urllib.request.Request("http://" + origin + self.path, method=self.command,
+                                       headers={"Accept": self.headers.get("Accept", "*/*")})
+        try:
+            with urllib.request.urlopen(asked, timeout=30) as r:
+                code, headers, body = r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            code, headers, body = e.code, e.headers, e.read()
+        layer = "/blobs/" in self.path and code == 200 and len(body) > 65536
+        with open(log, "a") as f:
+            f.write("%s %s %d%s\n" % (self.command, self.path, code, " " + mode if layer else ""))
+        if layer and mode == "lie":
+            i = len(body) // 2
+            body = body[:i] + bytes([body[i] ^ 1]) + body[i + 1:]
+        self.send_response(code)
+        for name in ("Content-Type", "Docker-Content-Digest"):
+            if headers.get(name):
+                self.send_header(name, headers[name])
+        self.send_header("Content-Length", headers.get("Content-Length", "0") if head else str(len(body)))
+        self.end_headers()
+        if head:
+            return
+        if layer and mode == "stall":
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            time.sleep(3600)
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.answer(False)
+
+    def do_HEAD(self):
+        self.answer(True)
+
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer((addr, port), Handler).serve_forever()
+EOF
+}
+# Nothing half-written or corrupt in the nodes' caches: each cache there is has an empty tmp/ and
+# passes `slipway check` (as the job user); N caches in all.
+assert_node_caches_sound() {
+    local cache n=0
+    for cache in "$SANDBOX_DIR"/nodes/node*/var-tmp/slipway-"$(id -u slwuser)"; do
+        [[ -d $cache ]] || continue
+        n=$((n + 1))
+        assert_equal "" "$(ls -A "$cache/tmp")" "leftovers in $cache/tmp"
+        run_job env SLIPWAY_CACHE_DIR="$cache" "$BIN" check
+        assert_success
+    done
+    assert_equal "$1" "$n" "node caches"
+}
+# The lines of $output about a mirror: N of them, each matching REGEX whole.
+assert_mirror_warnings() {
+    assert_equal "$1" "$(grep -c 'registry mirror' <<<"$output")" "lines about the mirror"
+    grep 'registry mirror' <<<"$output" | grep -Evq -- "^$2\$" && fail "a line about the mirror is not /^$2\$/:"$'\n'"$output"
+    return 0
+}
 mark() { wc -l <"$1"; }
+# GETs of busybox's blobs that slipway (not a mirror passing them on) made at the origin after MARK.
+slipway_blob_gets() { tail -n +"$(($1 + 1))" "$ORIGIN_LOG" | grep "\"GET /v2/slipway/busybox/blobs/" | grep -c '"slipway/' || true; }
+# A measured figure, for the log of the run (and the test's output if it fails).
+note() { echo "# $*" | tee -a "$SANDBOX_DIR/log/test_registry_mirrors.figures" >&2; }
 # GETs of REPO's blobs in LOG after MARK.
 blob_gets() { tail -n +"$(($2 + 1))" "$1" | grep -c "\"GET /v2/slipway/$3/blobs/" || true; }
 
@@ -83,21 +192,17 @@ test_a_failing_mirror_falls_back_to_the_origin_with_a_warning() {
 }
 
 test_slipway_import_uses_the_mirror() {
-    local build bin m
-    build=$(dirname "$(dirname "${SLIPWAY_PLUGIN:-$REPO_DIR/build/spank/spank_slipway.so}")")
-    bin=$(job_user_home)/.slipway-mirror-test/slipway
-    install -d -o slwuser "$(dirname "$bin")"
-    install -m 0755 -o slwuser "$build/launcher/slipway" "$bin"
+    local m
     m=$(mark "$WORK/log")
     run_job env SLIPWAY_CACHE_DIR="$(job_user_home)/.slipway-mirror-test/cache" \
         SLIPWAY_INSECURE_REGISTRIES="$ORIGIN,$MIRROR" SLIPWAY_REGISTRY_MIRRORS="$ORIGIN=$MIRROR" \
-        "$bin" import "$BUSYBOX"
+        "$BIN" import "$BUSYBOX"
     assert_success
     [[ $(blob_gets "$WORK/log" "$m" busybox) -ge 1 ]] || fail "slipway import asked the mirror for no blob"
-    run_job env SLIPWAY_REGISTRY_MIRRORS="$ORIGIN" "$bin" import "$BUSYBOX"
+    run_job env SLIPWAY_REGISTRY_MIRRORS="$ORIGIN" "$BIN" import "$BUSYBOX"
     assert_failure
     assert_output_contains "SLIPWAY_REGISTRY_MIRRORS: registry mirror '$ORIGIN' is malformed; use REGISTRY=MIRROR"
-    rm -rf "$(dirname "$bin")"
+    rm -rf "$(job_user_home)/.slipway-mirror-test/cache"
 }
 
 test_a_malformed_mirror_key_is_refused() {
@@ -106,4 +211,94 @@ test_a_malformed_mirror_key_is_refused() {
     run_job srun -N1 -K true
     assert_failure
     assert_output_contains "slipway: plugstack.conf: registry_mirrors: registry mirror 'docker.io' is malformed"
+}
+
+# A mirror that hangs, before it answers or halfway through a layer, is dropped once it has sent
+# nothing for 10 s: one warning line from each process that asked it (srun resolving the tag, its
+# line behind Slurm's "srun: error: ", and the import on each node), the origin serves the blobs,
+# and the job takes seconds longer, not minutes (it took 30 s a process, and forever with
+# registry_min_rate=0: measured 60 s, killed by the test's timeout, before the fix).
+test_a_hanging_mirror_is_dropped_within_seconds() {
+    trap 'stop_fake_mirrors; mirror_up "$MIRROR"' EXIT
+    local mode port o t0 secs
+    for mode in silent stall; do
+        port=$([[ $mode == silent ]] && echo 5011 || echo 5012)
+        fake_mirror "$mode" "$port"
+        mirror_up "$SANDBOX_NET.1:$port"
+        clear_caches
+        o=$(mark "$ORIGIN_LOG") t0=$(now)
+        run_job srun -N2 -K --container-image="$BUSYBOX" cat /etc/slipway-image
+        secs=$(elapsed "$t0")
+        note "$mode mirror: a 2-node job took $secs s"
+        assert_success
+        assert_equal 2 "$(grep -cx busybox <<<"$output")" "tasks in the image"
+        assert_mirror_warnings "$([[ $mode == silent ]] && echo 3 || echo 2)" \
+            "(srun: error: )?slipway: warning: registry mirror $SANDBOX_NET.1:$port failed for '$ORIGIN/slipway/busybox[^']*' \(nothing received for 10 s\); using $ORIGIN itself"
+        # From the origin: the config and the layer (silent), or the layer (stall), on each node.
+        assert_equal "$([[ $mode == silent ]] && echo 4 || echo 2)" "$(slipway_blob_gets "$o")" "blob GETs at the origin"
+        assert_less "$secs" 35 "seconds for the job"
+        assert_node_caches_sound 2
+        stop_fake_mirrors
+    done
+}
+
+# A mirror that sends a layer with a wrong byte: each node says so in one line, fetches the layer
+# from the origin, and keeps nothing corrupt.
+test_a_lying_mirror_is_dropped_and_nothing_corrupt_is_kept() {
+    trap 'stop_fake_mirrors; mirror_up "$MIRROR"' EXIT
+    local o layer
+    fake_mirror lie 5013
+    mirror_up "$SANDBOX_NET.1:5013"
+    clear_caches
+    o=$(mark "$ORIGIN_LOG")
+    run_job srun -N2 -K --container-image="$BUSYBOX" cat /etc/slipway-image
+    assert_success
+    assert_equal 2 "$(grep -cx busybox <<<"$output")" "tasks in the image"
+    layer=$(sed -n 's|^GET /v2/slipway/busybox/blobs/\(sha256:[0-9a-f]*\) 200 lie$|\1|p' "$WORK/fake-5013.log" | sort -u)
+    [[ $layer == sha256:* ]] || fail "the mirror sent no corrupt layer: $(cat "$WORK/fake-5013.log")"
+    assert_mirror_warnings 2 \
+        "slipway: warning: registry mirror $SANDBOX_NET.1:5013 sent a corrupt blob $layer for '$ORIGIN/slipway/busybox[^']*'; using $ORIGIN itself"
+    assert_equal 2 "$(slipway_blob_gets "$o")" "blob GETs at the origin (the layer, on each node)"
+    assert_node_caches_sound 2
+}
+
+# The same mirrors through `slipway run` under srun (SLIPWAY_REGISTRY_MIRRORS): one warning line
+# per node, the origin serves the job, nothing half-written or corrupt is kept; and `slipway
+# import` on its own gives up on a silent mirror as fast.
+test_slipway_run_and_import_drop_a_hanging_or_lying_mirror() {
+    trap 'stop_fake_mirrors' EXIT
+    local mode port o t0 secs want
+    for mode in silent stall lie; do
+        case $mode in
+            silent) port=5021 want="failed for '$ORIGIN/slipway/busybox[^']*' \(nothing received for 10 s\)" ;;
+            stall) port=5022 want="failed for '$ORIGIN/slipway/busybox[^']*' \(nothing received for 10 s\)" ;;
+            lie) port=5023 want="sent a corrupt blob sha256:[0-9a-f]{64} for '$ORIGIN/slipway/busybox[^']*'" ;;
+        esac
+        fake_mirror "$mode" "$port"
+        clear_caches
+        o=$(mark "$ORIGIN_LOG") t0=$(now)
+        run_job env SLIPWAY_INSECURE_REGISTRIES="$ORIGIN,$SANDBOX_NET.1:$port" \
+            SLIPWAY_REGISTRY_MIRRORS="$ORIGIN=$SANDBOX_NET.1:$port" \
+            srun -N2 -K "$BIN" run --container-image="$BUSYBOX" -- cat /etc/slipway-image
+        secs=$(elapsed "$t0")
+        note "$mode mirror: slipway run on 2 nodes took $secs s"
+        assert_success
+        assert_equal 2 "$(grep -cx busybox <<<"$output")" "tasks in the image"
+        assert_mirror_warnings 2 "slipway: warning: registry mirror $SANDBOX_NET.1:$port $want; using $ORIGIN itself"
+        assert_equal "$([[ $mode == silent ]] && echo 4 || echo 2)" "$(slipway_blob_gets "$o")" "blob GETs at the origin"
+        assert_less "$secs" 25 "seconds for the job"
+        assert_node_caches_sound 2
+        stop_fake_mirrors
+    done
+    fake_mirror silent 5021
+    t0=$(now)
+    run_job env SLIPWAY_CACHE_DIR="$(job_user_home)/.slipway-mirror-test/cache" \
+        SLIPWAY_INSECURE_REGISTRIES="$ORIGIN,$SANDBOX_NET.1:5021" SLIPWAY_REGISTRY_MIRRORS="$ORIGIN=$SANDBOX_NET.1:5021" \
+        "$BIN" import "$BUSYBOX"
+    secs=$(elapsed "$t0")
+    note "silent mirror: slipway import took $secs s"
+    assert_success
+    assert_mirror_warnings 1 "slipway: warning: registry mirror $SANDBOX_NET.1:5021 failed for '$ORIGIN/slipway/busybox[^']*' \(nothing received for 10 s\); using $ORIGIN itself"
+    assert_less "$secs" 15 "seconds for the import"
+    rm -rf "$(job_user_home)/.slipway-mirror-test/cache"
 }
