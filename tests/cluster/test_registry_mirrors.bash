@@ -37,8 +37,17 @@ setup_file() {
     mirror_up "$MIRROR"
 }
 
+# Stops PID and waits until it is gone (SIGKILL after 5 s): nothing of the tests may outlive them.
+stop_and_wait() {
+    local i
+    kill "$1" 2>/dev/null || return 0
+    for ((i = 0; i < 50; i++)); do [[ -e /proc/$1 ]] || return 0; sleep 0.1; done
+    kill -KILL "$1" 2>/dev/null
+    for ((i = 0; i < 20; i++)); do [[ -e /proc/$1 ]] || return 0; sleep 0.1; done
+}
+
 teardown_file() {
-    [[ -e $WORK/mirror.pid ]] && kill "$(cat "$WORK/mirror.pid")" 2>/dev/null
+    [[ -e $WORK/mirror.pid ]] && stop_and_wait "$(cat "$WORK/mirror.pid")"
     stop_fake_mirrors
     rm -rf "$WORK" "$(dirname "$BIN")"
     "$SANDBOX" up >/dev/null 2>&1
@@ -69,7 +78,7 @@ stop_fake_mirrors() {
     local pidfile
     for pidfile in "$WORK"/fake-*.pid; do
         [[ -e $pidfile ]] || continue
-        kill "$(cat "$pidfile")" 2>/dev/null
+        stop_and_wait "$(cat "$pidfile")"
         rm -f "$pidfile"
     done
     return 0

@@ -193,7 +193,14 @@ test_down_leaves_nothing_behind() {
     run_host "$SANDBOX" down
     assert_success
     for pid in $pids; do [[ ! -e /proc/$pid ]] || fail "pid $pid still runs after down"; done
-    # "[/]..." matches the daemons' command lines but not this pgrep's (nor its timeout's).
+    # "[/]..." matches the daemons' command lines but not this pgrep's (nor its timeout's). A
+    # process may still be exiting (CI once matched one whose command line was gone when pgrep
+    # printed it): give it 3 s.
+    local i
+    for ((i = 0; i < 30; i++)); do
+        pgrep -f -- "[/]${SANDBOX_DIR#/}/" >/dev/null || break
+        sleep 0.1
+    done
     run_host pgrep -a -f -- "[/]${SANDBOX_DIR#/}/"
     assert_failure 1
     # With no other sandbox instance up, no daemon of these names may run at all.
