@@ -292,15 +292,36 @@ END_TEST
 // A mirror that sends a corrupt blob (right size, wrong bytes), the config or a layer: that blob
 // comes again from the registry itself, one warning says so, the mirror is dropped for the rest of
 // the import, and the import succeeds (it used to fail on the digest).
+// The manifest of an image of kConfig and one gzip LAYER.
+static std::string one_layer_manifest(const std::string& layer) {
+  return R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",)"
+         R"("config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" +
+         sha256_digest(kConfig) + R"(","size":)" + std::to_string(strlen(kConfig)) +
+         R"(},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":")" +
+         sha256_digest(layer) + R"(","size":)" + std::to_string(layer.size()) + "}]}";
+}
+
+// SRV serves that image: its config, LAYER and MANIFEST.
+static void serve_image(FlakyServer& srv, const std::string& layer, const std::string& manifest) {
+  for (const auto& b : {std::string(kConfig), layer}) srv.add_blob(b);
+  write_text(srv.dir + "/manifest.json", manifest);
+}
+
+// Import options for ORIGIN with MIRROR as its mirror (both plain HTTP), into CACHE, no retries.
+static ImportOptions mirrored(const FlakyServer& origin, const FlakyServer& mirror,
+                              const std::string& cache) {
+  ImportOptions o;
+  o.cache_dir = cache;
+  o.registry.insecure_registries = {origin.host(), mirror.host()};
+  o.registry.mirrors = {{origin.host(), mirror.host()}};
+  o.registry.max_retries = 0;
+  return o;
+}
+
 START_TEST(lying_mirror_falls_back_to_the_registry) {
   Sandbox sb;
   std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("a", "from the registry").finish();
-  std::string manifest =
-      R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",)"
-      R"("config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" +
-      sha256_digest(kConfig) + R"(","size":)" + std::to_string(strlen(kConfig)) +
-      R"(},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":")" +
-      sha256_digest(layer) + R"(","size":)" + std::to_string(layer.size()) + "}]}";
+  const std::string manifest = one_layer_manifest(layer);
   for (const std::string& lie : {sha256_digest(layer), sha256_digest(kConfig)}) {
     std::string origin_dir = sb.base + "-origin", mirror_dir = sb.base + "-mirror";
     mkdir(origin_dir.c_str(), 0700);
@@ -309,15 +330,8 @@ START_TEST(lying_mirror_falls_back_to_the_registry) {
       FlakyServer origin(origin_dir), mirror(mirror_dir);
       ck_assert_msg(origin.port > 0 && mirror.port > 0, "the python3 test servers did not start");
       write_text(mirror_dir + "/corrupt", lie);
-      for (FlakyServer* srv : {&origin, &mirror}) {
-        for (const auto& b : {std::string(kConfig), layer}) srv->add_blob(b);
-        write_text(srv->dir + "/manifest.json", manifest);
-      }
-      ImportOptions o;
-      o.cache_dir = sb.root + "/cache-" + lie.substr(7, 8);
-      o.registry.insecure_registries = {origin.host(), mirror.host()};
-      o.registry.mirrors = {{origin.host(), mirror.host()}};
-      o.registry.max_retries = 0;
+      for (FlakyServer* srv : {&origin, &mirror}) serve_image(*srv, layer, manifest);
+      ImportOptions o = mirrored(origin, mirror, sb.root + "/cache-" + lie.substr(7, 8));
       std::vector<std::string> warnings;
       o.registry.warn = [&](const std::string& line) { warnings.push_back(line); };
       auto img = import_image(*parse_image_ref(origin.host() + "/lying/img:v1"), o);
@@ -344,12 +358,7 @@ END_TEST
 START_TEST(hanging_mirror_falls_back_to_the_registry) {
   Sandbox sb;
   std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("a", "from the registry").finish();
-  std::string manifest =
-      R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",)"
-      R"("config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" +
-      sha256_digest(kConfig) + R"(","size":)" + std::to_string(strlen(kConfig)) +
-      R"(},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":")" +
-      sha256_digest(layer) + R"(","size":)" + std::to_string(layer.size()) + "}]}";
+  const std::string manifest = one_layer_manifest(layer);
   int round = 0;
   for (const std::string& hang : {std::string("silent"), sha256_digest(layer)}) {
     std::string origin_dir = sb.base + "-origin", mirror_dir = sb.base + "-mirror";
@@ -359,15 +368,8 @@ START_TEST(hanging_mirror_falls_back_to_the_registry) {
       FlakyServer origin(origin_dir), mirror(mirror_dir);
       ck_assert_msg(origin.port > 0 && mirror.port > 0, "the python3 test servers did not start");
       write_text(mirror_dir + "/hang", hang);
-      for (FlakyServer* srv : {&origin, &mirror}) {
-        for (const auto& b : {std::string(kConfig), layer}) srv->add_blob(b);
-        write_text(srv->dir + "/manifest.json", manifest);
-      }
-      ImportOptions o;
-      o.cache_dir = sb.root + "/cache-" + std::to_string(round++);
-      o.registry.insecure_registries = {origin.host(), mirror.host()};
-      o.registry.mirrors = {{origin.host(), mirror.host()}};
-      o.registry.max_retries = 0;
+      for (FlakyServer* srv : {&origin, &mirror}) serve_image(*srv, layer, manifest);
+      ImportOptions o = mirrored(origin, mirror, sb.root + "/cache-" + std::to_string(round++));
       o.registry.min_rate_bytes = 0;
       o.registry.mirror_silence_s = 2;
       std::vector<std::string> warnings;
