@@ -55,6 +55,26 @@ launcher::Status check_options(PluginState& st) {
   return launcher::Status();
 }
 
+// A pull-through mirror for the image's registry is warmed once, here, before the nodes ask it
+// (image/registry.h warm_mirror): a cold docker-registry or Harbor mirror would otherwise fetch each
+// blob from the registry once per node. A failed mirror is dropped with its warning line; the
+// nodes then try it themselves and fall back as always, so the job goes on either way.
+void warm_mirror_for_the_nodes(const PluginConfig& cfg, launcher::RegistryClient& client,
+                               const std::string& manifest_body) {
+  const auto& ref = client.ref();
+  auto mirror = cfg.registry_mirrors.find(ref.registry);
+  if (mirror == cfg.registry_mirrors.end()) return;
+  auto warmed = launcher::warm_mirror(client, manifest_body);
+  if (!warmed.ok()) {
+    log_verbose("registry mirror " + mirror->second + " not warmed: " + warmed.status().message());
+    return;
+  }
+  log_verbose("registry mirror " + mirror->second + " held " +
+              std::to_string(warmed->blobs - warmed->fetched) + " of the " +
+              std::to_string(warmed->blobs) + " blobs of '" + ref.str() + "' and fetched " +
+              std::to_string(warmed->fetched) + " (" + std::to_string(warmed->bytes) + " bytes)");
+}
+
 }  // namespace
 
 int client_init_post_opt(spank_t) {
@@ -76,7 +96,15 @@ int client_init_post_opt(spank_t) {
     log_error("--container-image: " + ref.status().message());
     return -1;
   }
-  if (ref->kind != launcher::ImageRef::Kind::kRegistry || !ref->digest.empty()) return 0;
+  if (ref->kind != launcher::ImageRef::Kind::kRegistry) return 0;
+  if (!ref->digest.empty()) {
+    // Nothing to pin; only a mirror to warm, from the manifest the digest names.
+    if (st.config.registry_mirrors.count(ref->registry) == 0) return 0;
+    launcher::RegistryClient client(*ref, registry_options(st.config));
+    if (auto manifest = client.fetch_platform_manifest(); manifest.ok())
+      warm_mirror_for_the_nodes(st.config, client, manifest->body);
+    return 0;
+  }
   const std::string canonical = ref->str();
   // Inside an allocation (sbatch, salloc) the digest may already be pinned for this reference.
   const char* pinned_ref = getenv(kEnvImageRef);
@@ -101,6 +129,7 @@ int client_init_post_opt(spank_t) {
   setenv(launcher::kManifestHandoffEnv,
          launcher::encode_manifest_handoff(manifest->body).c_str(), 1);
   log_verbose("image '" + canonical + "' is " + manifest->digest);
+  warm_mirror_for_the_nodes(st.config, client, manifest->body);
   return 0;
 }
 

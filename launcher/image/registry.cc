@@ -440,6 +440,66 @@ Result<std::string> RegistryClient::fetch_small_blob_once(const Descriptor& d) {
   return body;
 }
 
+Result<bool> RegistryClient::mirror_holds_blob(const Descriptor& d) {
+  uint64_t got = 0;
+  bool streams_it = false;
+  Sink sink{[&](const char*, size_t n) -> Status {
+              got += n;
+              if (got <= 1) return Status();
+              streams_it = true;  // the whole blob, from the registry: stop it here
+              return Status::error("not held", EAGAIN);
+            },
+            [&] {
+              got = 0;
+              return Status();
+            }};
+  auto resp = get_from_mirror("/blobs/" + d.digest, {"Range: bytes=0-0"}, &sink, /*head=*/false);
+  if (streams_it) return false;
+  if (!resp) return Status::error("no usable mirror for " + ref_.registry, ENOENT);
+  SLIPWAY_TRY(*resp);
+  return (*resp)->status == 206;
+}
+
+Result<MirrorWarmup> warm_mirror(RegistryClient& client, std::string_view manifest_body,
+                                 int max_wait_s) {
+  auto m = parse_manifest(manifest_body);
+  SLIPWAY_TRY(m);
+  std::vector<Descriptor> blobs = {m->config};
+  blobs.insert(blobs.end(), m->layers.begin(), m->layers.end());
+  MirrorWarmup w;
+  std::vector<Descriptor> pending;
+  // Every blob asked once: the mirror starts storing those it lacks, all at once.
+  for (const auto& d : blobs) {
+    auto held = client.mirror_holds_blob(d);
+    SLIPWAY_TRY(held);
+    ++w.blobs;
+    if (*held) continue;
+    ++w.fetched;
+    w.bytes += d.size;
+    pending.push_back(d);
+  }
+  // Then until it holds them all: each probe of a blob not yet stored costs the registry a
+  // request cut short, so they back off (0.2 s, doubling, at most 5 s apart). A mirror that has
+  // stored none of them 5 s on does not store what it is asked for (or ignores ranges): no wait.
+  const auto start = std::chrono::steady_clock::now();
+  bool stores = false;
+  for (double delay = 0.2; !pending.empty(); delay = std::min(delay * 2, 5.0)) {
+    const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+    if (waited.count() + delay > (stores ? max_wait_s : std::min(max_wait_s, 5))) break;
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    std::vector<Descriptor> still;
+    for (const auto& d : pending) {
+      auto held = client.mirror_holds_blob(d);
+      SLIPWAY_TRY(held);
+      if (!*held) still.push_back(d);
+    }
+    stores = stores || still.size() < pending.size();
+    pending = std::move(still);
+  }
+  w.stored = pending.empty();
+  return w;
+}
+
 Result<std::string> resolve_digest(const ImageRef& ref, const RegistryOptions& opts) {
   if (ref.kind != ImageRef::Kind::kRegistry)
     return Status::error("image '" + ref.str() + "' is a local file, not a registry image", EINVAL);

@@ -92,7 +92,12 @@ class RegistryClient {
   Status fetch_blob(const Descriptor& d, int fd);
   // A small blob (the image config) into memory, verified.
   Result<std::string> fetch_small_blob(const Descriptor& d);
-
+  // Whether the mirror of this image's registry holds blob D: asked for its first byte ("Range:
+  // bytes=0-0"), a pull-through mirror that holds it answers 206; one that does not answers with
+  // the whole blob, fetched from the registry as it streams, and the request is cut short. Such
+  // a mirror (docker-registry) also starts storing the blob then. An error when no mirror is
+  // configured, or it failed (then dropped, with the one warning, as for an import).
+  Result<bool> mirror_holds_blob(const Descriptor& d);
   const ImageRef& ref() const { return ref_; }
   // Carry the auth state (token) to another client for the same image (parallel downloads).
   void share_auth_from(const RegistryClient& other);
@@ -128,5 +133,23 @@ class RegistryClient {
   std::string creds_user_, creds_password_;
   Status creds_status_;
 };
+
+struct MirrorWarmup {
+  int blobs = 0;        // the image's blobs (config and layers)
+  int fetched = 0;      // those the mirror did not hold yet
+  uint64_t bytes = 0;   // their size
+  bool stored = false;  // the mirror held every blob when warm_mirror() returned
+};
+
+// Before a job's nodes pull an image through a pull-through mirror. A mirror that does not merge
+// concurrent first fetches of a blob (docker-registry and Harbor do not) fetches it from the
+// registry once per node that asks before it holds it; docker-registry even twice for the first
+// (one download streamed to the client, one stored). From one process (the plugin's srun, sbatch
+// or salloc), this asks for each blob's first byte, which makes the mirror store the blobs it
+// lacks, cuts the streamed copies short, and waits (at most MAX_WAIT_S) until it holds them all:
+// the registry then sends about one image per job start, whatever the node count. Nothing of the
+// blobs comes to this host.
+Result<MirrorWarmup> warm_mirror(RegistryClient& client, std::string_view manifest_body,
+                                 int max_wait_s = 600);
 
 }  // namespace slipway::launcher

@@ -49,7 +49,8 @@ int free_port() {
 }
 
 TestRegistry::TestRegistry(const std::string& workdir, const std::string& htpasswd,
-                           const std::string& tls_cert, const std::string& tls_key) {
+                           const std::string& tls_cert, const std::string& tls_key,
+                           const std::string& proxy_of) {
   if (access("/usr/bin/docker-registry", X_OK) != 0) return;
   dir_ = workdir;
   port_ = free_port();
@@ -62,6 +63,7 @@ TestRegistry::TestRegistry(const std::string& workdir, const std::string& htpass
     scheme_ = "https";
   }
   if (!htpasswd.empty()) cfg << "auth:\n  htpasswd:\n    realm: test\n    path: " << htpasswd << "\n";
+  if (!proxy_of.empty()) cfg << "proxy:\n  remoteurl: " << proxy_of << "\n";
   cfg.close();
   pid_ = fork();
   if (pid_ == 0) {

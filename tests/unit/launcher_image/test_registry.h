@@ -11,9 +11,11 @@
 class TestRegistry {
  public:
   // htpasswd_file: enable Basic auth with that file (empty: anonymous). tls_cert/tls_key: serve
-  // HTTPS with that certificate (PEM files; empty: plain HTTP).
+  // HTTPS with that certificate (PEM files; empty: plain HTTP). proxy_of: a pull-through cache of
+  // that registry URL (http://HOST:PORT) instead of a registry of its own.
   explicit TestRegistry(const std::string& workdir, const std::string& htpasswd_file = "",
-                        const std::string& tls_cert = "", const std::string& tls_key = "");
+                        const std::string& tls_cert = "", const std::string& tls_key = "",
+                        const std::string& proxy_of = "");
   ~TestRegistry();
   bool started() const { return pid_ > 0; }
   std::string host() const;  // "127.0.0.1:PORT"

@@ -350,6 +350,92 @@ START_TEST(lying_mirror_falls_back_to_the_registry) {
 }
 END_TEST
 
+// A cold pull-through docker-registry fetches a blob from the registry once per client that asks
+// before it holds it (it does not merge them): warm_mirror() has it fetch each blob once, before
+// the job's nodes ask; a warm mirror answers the one-byte probe (206) and sends nothing more, and
+// an import through it then costs the registry no blob at all.
+START_TEST(warming_a_cold_mirror_fetches_each_blob_once) {
+  Sandbox sb;
+  const std::string odir = sb.base + "-origin", mdir = sb.base + "-proxy";
+  mkdir(odir.c_str(), 0700);
+  mkdir(mdir.c_str(), 0700);
+  {
+    TestRegistry origin(odir);
+    ck_assert_msg(origin.started(), "docker-registry did not start");
+    std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("a", std::string(300000, 'w')).finish();
+    origin.push_image("warm/img", "v1", kConfig, {layer});
+    const int pushed = origin.count_requests("/blobs/");
+    TestRegistry mirror(mdir, "", "", "", "http://" + origin.host());
+    ck_assert_msg(mirror.started(), "the proxy docker-registry did not start");
+    RegistryOptions o;
+    o.insecure_registries = {origin.host(), mirror.host()};
+    o.mirrors = {{origin.host(), mirror.host()}};
+    o.max_retries = 0;
+    std::vector<std::string> warnings;
+    o.warn = [&](const std::string& line) { warnings.push_back(line); };
+    const auto ref = *parse_image_ref(origin.host() + "/warm/img:v1");
+    RegistryClient client(ref, o);
+    auto m = client.fetch_platform_manifest();
+    ck_assert_msg(m.ok(), "%s", m.ok() ? "" : m.status().message().c_str());
+    auto cold = warm_mirror(client, m->body);
+    ck_assert_msg(cold.ok(), "%s", cold.ok() ? "" : cold.status().message().c_str());
+    ck_assert_int_eq(cold->blobs, 2);
+    ck_assert_int_eq(cold->fetched, 2);
+    ck_assert_uint_eq(cold->bytes, strlen(kConfig) + layer.size());
+    ck_assert(cold->stored);
+    const int after_warmup = origin.count_requests("/blobs/");
+    ck_assert_int_ge(after_warmup - pushed, 2);  // each blob fetched by the mirror
+    auto warm = warm_mirror(client, m->body);
+    ck_assert(warm.ok());
+    ck_assert_int_eq(warm->fetched, 0);
+    ck_assert(warm->stored);
+    // Four nodes' imports through the warmed mirror: not one blob request reaches the registry.
+    for (int node = 0; node < 4; ++node) {
+      ImportOptions io;
+      io.cache_dir = sb.root + "/cache-" + std::to_string(node);
+      io.registry = o;
+      auto img = import_image(ref, io);
+      ck_assert_msg(img.ok(), "%s", img.ok() ? "" : img.status().message().c_str());
+    }
+    ck_assert_int_eq(origin.count_requests("/blobs/"), after_warmup);
+    ck_assert_int_eq(static_cast<int>(warnings.size()), 0);
+  }
+  remove_all(odir);
+  remove_all(mdir);
+}
+END_TEST
+
+// A mirror that answers every range with the whole blob (it ignores ranges, or stores nothing):
+// the warm-up gives up waiting within seconds, without a warning, and the job goes on.
+START_TEST(warming_a_mirror_that_never_stores_gives_up_within_seconds) {
+  Sandbox sb;
+  std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("a", "x").finish();
+  const std::string manifest = one_layer_manifest(layer);
+  const std::string origin_dir = sb.base + "-origin", mirror_dir = sb.base + "-mirror";
+  mkdir(origin_dir.c_str(), 0700);
+  mkdir(mirror_dir.c_str(), 0700);
+  {
+    FlakyServer origin(origin_dir), mirror(mirror_dir);
+    ck_assert_msg(origin.port > 0 && mirror.port > 0, "the python3 test servers did not start");
+    for (FlakyServer* srv : {&origin, &mirror}) serve_image(*srv, layer, manifest);
+    ImportOptions o = mirrored(origin, mirror, sb.root + "/cache");
+    std::vector<std::string> warnings;
+    o.registry.warn = [&](const std::string& line) { warnings.push_back(line); };
+    RegistryClient client(*parse_image_ref(origin.host() + "/lying/img:v1"), o.registry);
+    const auto start = std::chrono::steady_clock::now();
+    auto w = warm_mirror(client, manifest);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ck_assert_msg(w.ok(), "%s", w.ok() ? "" : w.status().message().c_str());
+    ck_assert_int_eq(w->fetched, 2);
+    ck_assert(!w->stored);
+    ck_assert_msg(secs < 8, "the warm-up waited %.1f s", secs);
+    ck_assert_int_eq(static_cast<int>(warnings.size()), 0);
+  }
+  remove_all(origin_dir);
+  remove_all(mirror_dir);
+}
+END_TEST
+
 // A mirror that hangs, in the two ways seen in the field: it never answers (it reads the request:
 // a pull-through cache whose upstream hangs), or it sends a layer's headers and half its bytes,
 // then nothing. Either is dropped once it has sent nothing for mirror_silence_s, with one warning,
@@ -403,6 +489,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, slow_registry_times_out_with_the_blob_named);
   tcase_add_test(tc, lying_mirror_falls_back_to_the_registry);
   tcase_add_test(tc, hanging_mirror_falls_back_to_the_registry);
+  tcase_add_test(tc, warming_a_cold_mirror_fetches_each_blob_once);
+  tcase_add_test(tc, warming_a_mirror_that_never_stores_gives_up_within_seconds);
   suite_add_tcase(s, tc);
   return s;
 }
