@@ -141,6 +141,11 @@ Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opt
     if (fm->digest != key)  // REF.digest named an index: the image is its linux/amd64 entry
       if (auto img = cached_and_touched(cache, fm->digest); img.ok()) return img;
   }
+  // A cold pull-through mirror fetches a blob from the registry once per node that asks before it
+  // holds it (docker-registry, Harbor): have it store each once, first (registry.h warm_mirror),
+  // which costs a one-byte request per blob once it is warm (srun already warmed it for the
+  // plugin's nodes). A mirror that fails here is dropped as for any request.
+  if (opts.registry.mirrors.count(ref.registry) != 0) (void)warm_mirror(client, fm->body);
   return build_image(cache, client, *fm, lock_key, opts, progress);
 }
 
