@@ -20,22 +20,29 @@ setup_file() {
     MIRROR=$SANDBOX_NET.1:5003
     ORIGIN_LOG=$SANDBOX_DIR/log/registry-access.log
     WORK=$SANDBOX_DIR/test-mirrors
-    rm -rf "$WORK" && mkdir -p "$WORK/storage"
-    registry_config "$MIRROR" "$WORK/storage" "proxy:
-  remoteurl: http://$ORIGIN" >"$WORK/config.yml"
-    setsid /usr/bin/docker-registry serve "$WORK/config.yml" </dev/null >"$WORK/log" 2>&1 &
-    echo $! >"$WORK/mirror.pid"
-    local i
-    for ((i = 0; i < 100; i++)); do
-        [[ -n $(ss -Hltn "src $SANDBOX_NET.1 and sport = :5003") ]] && break
-        sleep 0.05
-    done
+    rm -rf "$WORK" && mkdir -p "$WORK"
+    start_proxy 5003 mirror "$WORK/mirror.pid"
     write_fake_mirror
     # The nodes cannot see a build under /tmp (each has its own): run a copy from the user's home.
     BIN=$(job_user_home)/.slipway-mirror-test/slipway
     install -d -o slwuser "$(dirname "$BIN")"
     install -m 0755 -o slwuser "$(dirname "$(dirname "${SLIPWAY_PLUGIN:-$REPO_DIR/build/spank/spank_slipway.so}")")/launcher/slipway" "$BIN"
     mirror_up "$MIRROR"
+}
+
+# A docker-registry pull-through cache of the origin on $SANDBOX_NET.1:PORT: its storage, config
+# and access log are $WORK/NAME-storage, NAME.yml and NAME.log, its pid goes to PIDFILE.
+start_proxy() {
+    local port=$1 name=$2 pidfile=$3 i
+    mkdir -p "$WORK/$name-storage"
+    registry_config "$SANDBOX_NET.1:$port" "$WORK/$name-storage" "proxy:
+  remoteurl: http://$ORIGIN" >"$WORK/$name.yml"
+    setsid /usr/bin/docker-registry serve "$WORK/$name.yml" </dev/null >"$WORK/$name.log" 2>&1 &
+    echo $! >"$pidfile"
+    for ((i = 0; i < 100; i++)); do
+        [[ -n $(ss -Hltn "src $SANDBOX_NET.1 and sport = :$port") ]] && return 0
+        sleep 0.05
+    done
 }
 
 # Stops PID and waits until it is gone (SIGKILL after 5 s): nothing of the tests may outlive them.
@@ -183,7 +190,7 @@ image_bytes() {
 test_nodes_pull_through_the_mirror_and_a_warm_mirror_spares_the_origin() {
     clear_caches
     local o m
-    o=$(mark "$ORIGIN_LOG") m=$(mark "$WORK/log")
+    o=$(mark "$ORIGIN_LOG") m=$(mark "$WORK/mirror.log")
     run_job srun -N4 -K --container-image="$PYTHON" cat /etc/slipway-image
     assert_success
     assert_equal 4 "$(grep -cx debian-python <<<"$output")" "tasks in the image"
@@ -195,13 +202,13 @@ test_nodes_pull_through_the_mirror_and_a_warm_mirror_spares_the_origin() {
     ((size > 1000000)) || fail "the origin served no image ($size bytes)"
     ((sent * 10 <= size * 15)) || fail "the origin sent $sent bytes for an image of $size: more than 1.5 images"
     # Then each of the 4 nodes asked the mirror for the three blobs (config, two layers).
-    assert_equal 12 "$(node_blob_gets "$WORK/log" "$m" debian-python)" "the nodes' blob GETs at the mirror"
+    assert_equal 12 "$(node_blob_gets "$WORK/mirror.log" "$m" debian-python)" "the nodes' blob GETs at the mirror"
     clear_caches
-    o=$(mark "$ORIGIN_LOG") m=$(mark "$WORK/log")
+    o=$(mark "$ORIGIN_LOG") m=$(mark "$WORK/mirror.log")
     run_job salloc -N4 --time=2 srun -K --ntasks-per-node=1 --container-image="$PYTHON" cat /etc/slipway-image
     assert_success
     assert_equal 0 "$(blob_gets "$ORIGIN_LOG" "$o" debian-python)" "blob downloads from the origin"
-    assert_equal 12 "$(node_blob_gets "$WORK/log" "$m" debian-python)" "the nodes' blob GETs at the mirror"
+    assert_equal 12 "$(node_blob_gets "$WORK/mirror.log" "$m" debian-python)" "the nodes' blob GETs at the mirror"
 }
 
 test_a_failing_mirror_falls_back_to_the_origin_with_a_warning() {
@@ -225,12 +232,12 @@ test_a_failing_mirror_falls_back_to_the_origin_with_a_warning() {
 
 test_slipway_import_uses_the_mirror() {
     local m
-    m=$(mark "$WORK/log")
+    m=$(mark "$WORK/mirror.log")
     run_job env SLIPWAY_CACHE_DIR="$(job_user_home)/.slipway-mirror-test/cache" \
         SLIPWAY_INSECURE_REGISTRIES="$ORIGIN,$MIRROR" SLIPWAY_REGISTRY_MIRRORS="$ORIGIN=$MIRROR" \
         "$BIN" import "$BUSYBOX"
     assert_success
-    [[ $(blob_gets "$WORK/log" "$m" busybox) -ge 1 ]] || fail "slipway import asked the mirror for no blob"
+    [[ $(blob_gets "$WORK/mirror.log" "$m" busybox) -ge 1 ]] || fail "slipway import asked the mirror for no blob"
     run_job env SLIPWAY_REGISTRY_MIRRORS="$ORIGIN" "$BIN" import "$BUSYBOX"
     assert_failure
     assert_output_contains "SLIPWAY_REGISTRY_MIRRORS: registry mirror '$ORIGIN' is malformed; use REGISTRY=MIRROR"
@@ -341,17 +348,8 @@ test_slipway_run_and_import_drop_a_hanging_or_lying_mirror() {
 # it stores are copies cut short; without the warm-up: 5).
 test_slipway_run_on_a_cold_mirror_costs_the_origin_about_one_image() {
     local cold=$SANDBOX_NET.1:5004 o sent size
-    mkdir -p "$WORK/cold-storage"
-    registry_config "$cold" "$WORK/cold-storage" "proxy:
-  remoteurl: http://$ORIGIN" >"$WORK/cold.yml"
-    setsid /usr/bin/docker-registry serve "$WORK/cold.yml" </dev/null >"$WORK/cold.log" 2>&1 &
-    echo $! >"$WORK/fake-cold.pid"   # stopped with the fake mirrors
+    start_proxy 5004 cold "$WORK/fake-cold.pid"   # stopped with the fake mirrors
     trap 'stop_fake_mirrors' EXIT
-    local i
-    for ((i = 0; i < 100; i++)); do
-        [[ -n $(ss -Hltn "src $SANDBOX_NET.1 and sport = :5004") ]] && break
-        sleep 0.05
-    done
     clear_caches
     o=$(mark "$ORIGIN_LOG")
     run_job env SLIPWAY_INSECURE_REGISTRIES="$ORIGIN,$cold" SLIPWAY_REGISTRY_MIRRORS="$ORIGIN=$cold" \
