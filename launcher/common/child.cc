@@ -152,9 +152,8 @@ pid_t Child::release() { return std::exchange(pid_, -1); }
 bool Child::pump(double timeout_s, bool until_report_eof, ChildExit& out) {
   const double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
   // The child's exit wakes poll(2) through a pidfd (Linux 5.3), so waiting costs no latency.
-  UniqueFd exited(pid_ > 0 && !reaped_ ? static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0))
-                                            : -1);
-  const bool watch_exit = exited.valid() || (pid_ > 0 && !reaped_);
+  const bool watch_exit = pid_ > 0 && !reaped_;  // a detached child's exit is not ours to see
+  UniqueFd exited(watch_exit ? static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)) : -1);
   for (;;) {
     pollfd fds[3] = {{report_.get(), POLLIN, 0}, {output_.get(), POLLIN, 0}, {exited.get(), POLLIN, 0}};
     if (fds[0].fd < 0 && (until_report_eof || !watch_exit) && fds[1].fd < 0) return true;

@@ -60,4 +60,9 @@ Status make_dirs(const std::string& path, mode_t mode) {
   return Status();
 }
 
+bool is_dir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 }  // namespace slipway::launcher

@@ -28,4 +28,7 @@ Status write_file_atomic(const std::string& path, const std::string& content);
 // (every launch runs this on its cache directories).
 Status make_dirs(const std::string& path, mode_t mode);
 
+// Whether PATH names a directory, following symlinks (stat(2)); false for "" and on any error.
+bool is_dir(const std::string& path);
+
 }  // namespace slipway::launcher

@@ -2,17 +2,12 @@
 #include "common/run_tool.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <csignal>
-#include <cstring>
-
-#include "common/unique_fd.h"
 
 namespace slipway::launcher {
 namespace {

@@ -20,6 +20,7 @@
 #include <fstream>
 
 #include "common/child.h"
+#include "common/file_util.h"
 #include "common/unique_fd.h"
 #include "dl/gpu.h"
 #include "dl/ld_cache.h"
@@ -107,11 +108,6 @@ Finding userns_failure(int err) {
     f.fix = "check seccomp filters or the container this node runs in";
   }
   return f;
-}
-
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 std::string gib(double bytes) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <deque>
 
+#include "common/file_util.h"
 #include "dl/abi_checks.h"
 #include "dl/image_libs.h"
 
@@ -32,11 +33,6 @@ std::string dir_name(const std::string& p) {
 std::string base_name(const std::string& p) {
   size_t slash = p.rfind('/');
   return slash == std::string::npos ? p : p.substr(slash + 1);
-}
-
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 std::string real_path(const std::string& p) {

@@ -16,11 +16,6 @@
 namespace slipway::launcher {
 namespace {
 
-bool is_dir(const std::string& p) {
-  struct stat s;
-  return !p.empty() && stat(p.c_str(), &s) == 0 && S_ISDIR(s.st_mode);
-}
-
 // --container-mounts and the site's `mounts` as binds; a missing source names the option.
 Status add_mounts(const JobOptions& opts, const SiteDefaults& site, const std::string& node,
                   LaunchSpec& spec) {

@@ -2,19 +2,14 @@
 #include "step/step.h"
 
 #include <sys/prctl.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 
+#include "common/file_util.h"
 #include "options/save.h"
 
 namespace slipway::launcher {
 namespace {
-
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 // The image a named or running container was made from, as the cache (or its file) holds it.
 Result<ImportedImage> recorded_image(const StepInput& in) {
