@@ -23,6 +23,7 @@ run_one() {
     local name=$1 log=$2
     (
         set -euo pipefail
+        export SLIPWAY_TEST=$name
         if declare -F setup >/dev/null; then setup; fi
         trap 'if declare -F teardown >/dev/null; then teardown; fi' EXIT
         "$name"
@@ -74,7 +75,11 @@ main() {
         run_file "$(readlink -f "$file")" || echo fail >>"$TALLY"
     done
     passed=$(grep -c pass "$TALLY") failed=$(grep -c fail "$TALLY") skipped=$(grep -c skip "$TALLY")
-    rm -f "$TALLY"
+    if [[ -s $TALLY.slurm-window ]]; then
+        echo "note: $(wc -l <"$TALLY.slurm-window") step(s) ran twice after Slurm's munge window refused" \
+            "a PMIx peer (docs/platform.md, PMIx): $(sort -u "$TALLY.slurm-window" | tr '\n' ' ')"
+    fi
+    rm -f "$TALLY" "$TALLY.slurm-window"
     echo "$passed passed, $failed failed, $skipped skipped"
     ((failed == 0))
 }
