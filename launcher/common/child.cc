@@ -171,10 +171,13 @@ bool Child::pump(double timeout_s, bool until_report_eof, ChildExit& out) {
       output_.reset();
     bool gone = fds[2].revents & POLLIN;
     if (watch_exit && !exited.valid()) {
+      // No pidfd: pidfd_open failed, e.g. because the kernel already reaped the child (the
+      // caller ignores SIGCHLD), and then waitpid answers ECHILD: gone, its status unknown (-1).
       int status = 0;
-      gone = ::waitpid(pid_, &status, WNOHANG) == pid_;
+      const pid_t got = ::waitpid(pid_, &status, WNOHANG);
+      gone = got == pid_ || (got == -1 && errno == ECHILD);
       if (gone) {
-        status_ = status;
+        status_ = got == pid_ ? status : -1;
         reaped_ = true;
       }
     }

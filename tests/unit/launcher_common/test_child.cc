@@ -269,6 +269,19 @@ START_TEST(an_ignored_sigchld_gives_an_unknown_status_not_success) {
 }
 END_TEST
 
+// The child is gone (reaped by the kernel) before wait() starts: no pidfd can be opened for it.
+START_TEST(an_ignored_sigchld_and_a_child_already_gone_do_not_hang_wait) {
+  signal(SIGCHLD, SIG_IGN);
+  auto c = spawn({}, [](int) { return 0; });
+  const pid_t pid = c->pid();
+  for (int i = 0; i < 500 && ::kill(pid, 0) == 0; ++i) usleep(10000);
+  ChildExit e = c->wait(20);
+  signal(SIGCHLD, SIG_DFL);
+  ck_assert(!e.timed_out);
+  ck_assert_int_eq(e.code(), 255);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("child");
   TCase* tc = tcase_create("child");
@@ -286,6 +299,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, a_child_that_became_the_user_still_dies_with_its_parent);
   tcase_add_test(tc, fork_child_returns_into_the_child);
   tcase_add_test(tc, an_ignored_sigchld_gives_an_unknown_status_not_success);
+  tcase_add_test(tc, an_ignored_sigchld_and_a_child_already_gone_do_not_hang_wait);
   suite_add_tcase(s, tc);
   return s;
 }
