@@ -61,14 +61,17 @@ done
 # Node directories on tmpfs: the root disk of the development VM is slow (docs/platform.md), and
 # a node's mount namespace binds its directory when slurmd starts, so the tmpfs goes under it
 # between `down` and `up`.
+# Only the nodes the shapes use: a bigger sandbox before (bench/scale) leaves more node directories.
 node_dirs_on_tmpfs() {
-    local d
-    for d in "$SANDBOX_DIR"/nodes/node*/{tmp,var-tmp}; do
-        [[ $(findmnt -n -o FSTYPE --target "$d") == tmpfs ]] || return 1
+    local d i
+    for ((i = 1; i <= nodes_needed; i++)); do
+        for d in "$SANDBOX_DIR/nodes/node$i"/{tmp,var-tmp}; do
+            [[ -d $d && $(findmnt -n -o FSTYPE --target "$d") == tmpfs ]] || return 1
+        done
     done
 }
 if ((SETUP)); then
-    if ! node_dirs_on_tmpfs 2>/dev/null || [[ -z $(compgen -G "$SANDBOX_DIR/nodes/node*") ]]; then
+    if ! node_dirs_on_tmpfs 2>/dev/null; then
         "$SANDBOX" down >/dev/null 2>&1 || true
         for ((i = 1; i <= (nodes_needed > 4 ? nodes_needed : 4); i++)); do
             for d in "$SANDBOX_DIR/nodes/node$i"/{tmp,var-tmp}; do
