@@ -86,6 +86,14 @@ def run_steps(net, opt, x, y, n, times, phases, cpu):
         cpu.append(time.process_time() - c0)
 
 
+def no_communication_hook(size, bucket):
+    """A DDP communication hook that does what the default one does to the bucket (divide by the
+    world size) but communicates nothing: the "ddp-free" reference."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer().div_(size))
+    return fut
+
+
 def blas_library():
     """The BLAS this process loaded (Debian's python3-torch takes whichever libblas.so.3 the
     alternatives point at: the reference BLAS unless an optimised one is installed)."""
@@ -126,8 +134,13 @@ def main():
     base = make_model(args)
     nparams = sum(p.numel() for p in base.parameters())
     x, y = make_batch(args, rank)
-    runs = {}  # mode -> (model, net, optimizer); "compute": the same model without communication
-    for mode in args.modes + ["compute"]:
+    # mode -> (model, net, optimizer). Two references beside the modes: "compute", the same model
+    # without communication, and "ddp-free" (with any DDP mode), DDP itself with a communication
+    # hook that communicates nothing: DDP's own work (bucket copies, division, hooks) at zero
+    # communication cost, the floor under any DDP backend's step.
+    runs = {}
+    references = ["compute"] + (["ddp-free"] if ddp_modes else [])
+    for mode in args.modes + references:
         model = copy.deepcopy(base)
         if mode == "hvd":
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -137,6 +150,11 @@ def main():
             net = model
         elif mode == "compute":
             net, opt = model, make_optimizer(model.parameters())
+        elif mode == "ddp-free":
+            net = nn.parallel.DistributedDataParallel(model, process_group=groups[ddp_modes[0]],
+                                                      broadcast_buffers=False)
+            net.register_comm_hook(size, no_communication_hook)
+            opt = make_optimizer(net.parameters())
         else:
             net = nn.parallel.DistributedDataParallel(model, process_group=groups[mode])
             opt = make_optimizer(net.parameters())
