@@ -1,6 +1,11 @@
-// Descriptor: Gloo's AllreduceRingChunked over its TCP transport (Debian libgloo-dev), full mesh
-// connected through a gloo::rendezvous::Store adapter on a libtrain TcpStore.
+// Descriptor: Gloo over its TCP transport (Debian libgloo-dev), full mesh connected through a
+// gloo::rendezvous::Store adapter on a libtrain TcpStore. The allreduce is gloo::allreduce() with
+// AllreduceOptions, as PyTorch's ProcessGroupGloo calls it for a dense CPU tensor (ring, 1 MiB
+// segments, two in flight); BENCH_GLOO_ALGO=chunked picks the older AllreduceRingChunked class,
+// which is 1.2-1.4x slower across sandbox nodes (bench/allreduce/README.md).
+#include <gloo/allreduce.h>
 #include <gloo/allreduce_ring_chunked.h>
+#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -8,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "harness.h"
 #include "libtrain/tcp_store.h"
@@ -55,11 +61,24 @@ class GlooImpl final : public Impl {
   }
   std::string name() const override { return "gloo"; }
   void allreduce(float* data, size_t count) override {
-    gloo::AllreduceRingChunked<float> algo(context_, {data}, static_cast<int>(count));
-    algo.run();
+    if (chunked_) {
+      gloo::AllreduceRingChunked<float> algo(context_, {data}, static_cast<int>(count));
+      algo.run();
+      return;
+    }
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(tag_++);
+    gloo::allreduce(opts);
   }
 
  private:
+  const bool chunked_ = [] {
+    const char* algo = std::getenv("BENCH_GLOO_ALGO");
+    return algo && std::strcmp(algo, "chunked") == 0;
+  }();
+  uint32_t tag_ = 0;
   std::shared_ptr<libtrain::Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
