@@ -23,7 +23,7 @@ launcher::RegistryOptions registry_options(const PluginConfig& cfg) {
   launcher::RegistryOptions r;
   r.insecure_registries = cfg.insecure_registries;
   r.mirrors = cfg.registry_mirrors;
-  r.warn = [](const std::string& line) { log_error(line); };
+  r.warn = [](const std::string& line) { log_user(line); };
   r.ca_file = cfg.ca_file;
   r.min_rate_bytes = cfg.registry_min_rate;
   r.transfer_timeout_s = cfg.registry_timeout_s;

@@ -190,7 +190,7 @@ Status prepare_dl_task(spank_t sp, const PluginState& st, launcher::TaskView& vi
   }
   SLIPWAY_TRY(gpus);
   for (const auto& w : n.injection.warnings)
-    if (t.local_rank == 0) log_error("warning: " + w);
+    if (t.local_rank == 0) log_user("warning: " + w);
   return apply(sp, plan, view);
 }
 
