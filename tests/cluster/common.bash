@@ -88,8 +88,17 @@ run_host() { _run timeout "$JOB_TIMEOUT" "$@"; }
 
 # Submit a batch script (a file readable by the job user) and wait for it by
 # polling every 0.2 s (`sbatch --wait` polls at 2 s, then 10 s). Sets $status
-# to the job's exit code and $output to its stdout+stderr file.
+# to the job's exit code and $output to its stdout+stderr file. A job that
+# failed on Slurm's munge window (a multi-node PMIx step in it) runs once more,
+# as run_job's steps do.
 run_batch() {
+    _run_batch_once "$@"
+    if ((status != 0)) && slurm_window_hit "$output"; then
+        _run_batch_once "$@"
+    fi
+}
+
+_run_batch_once() {
     local script=$1 out jobid state code i
     shift
     out=$(job_user_home)/slurm-batch-$$-$RANDOM.out
