@@ -1,8 +1,8 @@
 // The plugin's one logging header: every line starts with "slipway: ". Levels
 // (docs/conventions.md, "Errors"): error = the step fails, user = a warning or progress line for
-// the user's terminal, info = what an admin wants in the
-// slurmd log, verbose = what we ran, debug = internals. slurm_error() in srun/sbatch reaches the
-// user's terminal; in slurmstepd it reaches both the node log and, from task_init, the user.
+// the user's terminal, info = what an admin wants in the slurmd log, verbose = what we ran,
+// debug = internals. slurm_error() in srun/sbatch reaches the user's terminal; in slurmstepd it
+// reaches both the node log and, from task_init, the user.
 #pragma once
 
 #include "spank_c.h"

@@ -66,9 +66,10 @@ class GlooImpl final : public Impl {
       algo.run();
       return;
     }
+    void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, count);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setReduceFunction(sum);
     opts.setTag(tag_++);
     gloo::allreduce(opts);
   }
