@@ -10,7 +10,8 @@ import sys
 from collections import defaultdict
 
 MODE_LABEL = {"gloo": "DDP+Gloo", "libtrain": "DDP+libtrain", "hvd": "libtrain.torch"}
-REFERENCE_LABEL = {"compute": "compute", "ddp-free": "DDP free"}
+REFERENCE_LABEL = {"compute": "compute", "ddp-free": "DDP free"}  # step_bench.py's reference copies
+LABEL = {**MODE_LABEL, **REFERENCE_LABEL}
 MODEL_LABEL = {"mlp": "MLP 25.2M", "resnet18": "ResNet-18"}
 TARGET = {"mlp": 1 / 1.5, "resnet18": 1.0}  # largest step-time ratio to DDP+Gloo that meets it
 
@@ -97,8 +98,8 @@ def main():
                     med, worst = statistics.median(ratios), max(ratios)
                     ratio_s, speed_s = f"{med:.2f} ({worst:.2f})", f"{1 / med:.2f}x"
                     # The best ratio this mode could reach here: its communication free.
-                    floor = [(f[3] if mode != "hvd" and f[3] is not None else f[1]) /
-                             fig[(r, shape, model, "gloo")][0] for r, f in mine if (r, shape, model, "gloo") in fig]
+                    floor = [(f[3] if mode != "hvd" and f[3] is not None else f[1]) / fig[(r, shape, model, "gloo")][0]
+                             for r, f in mine if (r, shape, model, "gloo") in fig]
                     verdicts.append((model, shape, mode, med, worst, med <= TARGET[model] + 1e-9,
                                      statistics.median(floor)))
                 print(f"| {MODEL_LABEL[model]} | {shape} | {MODE_LABEL[mode]} | {statistics.median(step):.0f} "
@@ -124,10 +125,10 @@ def main():
             for shape in shapes:
                 mine = [rec for (r, sh, m), v in runs.items() if sh == shape and m == model for rec in v]
                 if mine:
-                    keys = [k for k in ["compute", "ddp-free"] + modes + ["allreduce-gloo", "allreduce-libtrain"]
+                    keys = [k for k in list(REFERENCE_LABEL) + modes + ["allreduce-gloo", "allreduce-libtrain"]
                             if k in mine[0]["cpu_ms"]]
                     print(f"  {MODEL_LABEL[model]} {shape}: " + ", ".join(
-                        f"{MODE_LABEL.get(k, REFERENCE_LABEL.get(k, k))} {statistics.median(rec['cpu_ms'][k] for rec in mine):.0f}" for k in keys))
+                        f"{LABEL.get(k, k)} {statistics.median(rec['cpu_ms'][k] for rec in mine):.0f}" for k in keys))
 
     print("\nmedian phase times per rank, ms (forward / backward / optimizer step), first round:")
     for (r, shape, model), recs in sorted(runs.items()):
@@ -135,7 +136,7 @@ def main():
             continue
         row = "; ".join(f"{m}: " + " / ".join(f"{statistics.median(rec['phases_ms'][m][i] for rec in recs):.0f}"
                                                 for i in range(3))
-                        for m in ["compute", "ddp-free"] + modes if m in recs[0]["phases_ms"])
+                        for m in list(REFERENCE_LABEL) + modes if m in recs[0]["phases_ms"])
         print(f"  {model} {shape}: {row}")
 
     print()
