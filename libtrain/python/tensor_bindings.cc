@@ -58,6 +58,14 @@ std::unique_ptr<Communicator> make_communicator(py::object store, int rank, int 
   return std::make_unique<Communicator>(py_store, rank, size, node, opts);
 }
 
+// Forms the world over a Python store (libtrain.torch.init() after torch.distributed's env://
+// rendezvous, which holds MASTER_PORT). The world lets go of the store once it is formed.
+void init_from_store(py::object store, int rank, int size, const std::string& method) {
+  BootstrapInfo boot{std::make_shared<PyStore>(std::move(store)), rank, size, node_name(), method};
+  py::gil_scoped_release nogil;
+  init(std::move(boot));
+}
+
 // Borrowed: the world lives until libtrain.shutdown(), which the Python side calls last.
 Communicator& world_ref() { return world(); }
 
@@ -135,6 +143,9 @@ void bind_tensor_collectives(py::module_& m) {
       .def("is_done", &Handle::is_done);
   bind_communicator(m);
   bind_nccl(m);
+  m.def("init_from_store", &init_from_store, py::arg("store"), py::arg("rank"), py::arg("size"),
+        py::arg("method"));
+  m.def("detect_bootstrap", &detect_bootstrap);
 }
 
 }  // namespace libtrain::python

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+
 #include "env.h"
 #include "libtrain/errors.h"
 #include "libtrain/pmix_store.h"
@@ -71,7 +73,15 @@ BootstrapInfo bootstrap_env(Seconds timeout) {
     return info;
   }
   int port = static_cast<int>(env_whole_required("MASTER_PORT", 1, 65535, ""));
-  info.store = std::make_shared<TcpStore>(env_text("MASTER_ADDR"), port, info.rank == 0, timeout);
+  try {
+    info.store = std::make_shared<TcpStore>(env_text("MASTER_ADDR"), port, info.rank == 0, timeout);
+  } catch (const SystemError& e) {
+    if (e.error_number() != EADDRINUSE) throw;
+    throw InvalidArgument("libtrain: MASTER_PORT=" + std::to_string(port) +
+                          " is already in use on rank 0's host (by another rendezvous, such as "
+                          "torch.distributed's); set a free MASTER_PORT, or with libtrain.torch call "
+                          "init_process_group() first: hvd.init() then shares its store");
+  }
   return info;
 }
 

@@ -9,8 +9,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "libtrain/errors.h"
@@ -41,19 +44,49 @@ class TcpStore::Server {
     LIBTRAIN_SYS(wake_.get(), "eventfd");
     thread_ = std::thread([this] { loop(); });
   }
+  // Stops listening, then serves the connected clients until they hang up (kDrain at most): the
+  // clients close first, so no TIME_WAIT socket is left on the port, which is free for another
+  // server (torch.distributed's env:// store) when this returns.
   ~Server() {
-    uint64_t one = 1;
-    (void)!::write(wake_.get(), &one, sizeof(one));
+    quit_ = true;
+    wake();
     thread_.join();
+  }
+  // Returns once the listener is closed: a connection attempt after this is refused.
+  void stop_listening() {
+    std::unique_lock<std::mutex> lock(mu_);
+    sealed_ = true;
+    wake();
+    closed_cv_.wait(lock, [this] { return !listening_; });
   }
 
  private:
+  static constexpr auto kDrain = std::chrono::seconds(2);
+
+  void wake() {
+    uint64_t one = 1;
+    (void)!::write(wake_.get(), &one, sizeof(one));
+  }
+
   void loop() {
-    while (true) {
+    std::optional<detail::Clock::time_point> drain_until;
+    while (!drain_until || (!clients_.empty() && detail::Clock::now() < *drain_until)) {
+      // poll() skips a negative fd: once the listener is closed only the clients are watched.
       std::vector<pollfd> fds{{wake_.get(), POLLIN, 0}, {listen_.get(), POLLIN, 0}};
       for (auto& c : clients_) fds.push_back({c.get(), POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), -1) < 0) continue;
-      if (fds[0].revents) return;
+      if (::poll(fds.data(), fds.size(), drain_until ? detail::ms_left(*drain_until) : -1) < 0) continue;
+      if (fds[0].revents) {
+        uint64_t count;
+        (void)!::read(wake_.get(), &count, sizeof(count));
+        if (sealed_ || quit_) {
+          std::lock_guard<std::mutex> lock(mu_);
+          listen_.reset();
+          listening_ = false;
+          closed_cv_.notify_all();
+        }
+        if (quit_ && !drain_until) drain_until = detail::Clock::now() + kDrain;
+        continue;  // fds[1] may name a closed descriptor now
+      }
       if (fds[1].revents & POLLIN) accept_one();
       std::vector<size_t> dead;
       for (size_t i = 2; i < fds.size(); ++i)
@@ -120,6 +153,10 @@ class TcpStore::Server {
 
   detail::Fd listen_;
   detail::Fd wake_;
+  std::atomic<bool> quit_{false}, sealed_{false};
+  std::mutex mu_;  // guards listening_
+  std::condition_variable closed_cv_;
+  bool listening_ = true;
   std::vector<detail::Fd> clients_;
   std::map<std::string, Bytes> data_;
   std::thread thread_;
@@ -130,6 +167,10 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, Seconds timeou
   if (serve) server_ = std::make_unique<Server>(port_);
   auto deadline = detail::Clock::now() + std::chrono::duration_cast<detail::Clock::duration>(timeout);
   fd_ = detail::connect_tcp(serve ? "127.0.0.1" : host, port_, deadline).release();
+}
+
+void TcpStore::seal() {
+  if (server_) server_->stop_listening();
 }
 
 TcpStore::~TcpStore() {

@@ -15,6 +15,7 @@
 #include "libtrain/nccl.h"
 #include "libtrain/pmix_store.h"
 #include "libtrain/timeline.h"
+#include "world_store.h"
 
 namespace libtrain {
 namespace {
@@ -41,21 +42,45 @@ size_t fusion_from_env() {
   return detail::env_whole("LIBTRAIN_FUSION_BYTES", kDefaultFusion, 0, kMaxFusion, "bytes");
 }
 
-}  // namespace
-
-void init() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_world) return;
+// Forms the world over `boot` (g_mu held). The world needs the bootstrap's store only to form
+// (world_nccl() exchanges NCCL's id through a WorldStore), so it lets go of it then; a Python
+// store (libtrain.torch over torch's) is thus not held until the interpreter's exit. The env
+// bootstrap's TcpStore goes as soon as every rank is past its last request: rank 0's server stops listening before any rank leaves the
+// barrier (a torch.distributed client connecting then is refused and retries, never accepted and
+// reset), and waits for the others to hang up, so MASTER_PORT is free when init() returns and
+// torch.distributed's env:// rendezvous, which binds the same port, can follow libtrain.init().
+void start_world(BootstrapInfo boot) {
   auto w = std::make_unique<World>();
   CommunicatorOptions opts = CommunicatorOptions::from_env();
-  w->boot = bootstrap(opts.timeout);
+  w->boot = std::move(boot);
   if (const char* pattern = detail::env_text("LIBTRAIN_TIMELINE")) {
     std::string path = Timeline::path_for_rank(pattern, w->boot.rank);
     if (!path.empty()) opts.timeline = std::make_shared<Timeline>(path, w->boot.rank);
   }
   opts.prefix = "libtrain/world";
   w->comm = std::make_unique<Communicator>(w->boot.store, w->boot.rank, w->boot.size, w->boot.node, opts);
+  if (w->boot.method != "pmix") {  // PMIx's store stays: destroying it is PMIx_Finalize
+    if (w->boot.method == "env" && w->boot.size > 1) {
+      w->boot.store->seal();  // every rank has connected: its key is in (the communicator read it)
+      w->comm->barrier();     // every rank is past its last request
+    }
+    w->boot.store.reset();
+  }
   g_world = std::move(w);
+}
+
+}  // namespace
+
+void init() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_world) return;
+  start_world(bootstrap(CommunicatorOptions::from_env().timeout));
+}
+
+void init(BootstrapInfo boot) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_world) return;
+  start_world(std::move(boot));
 }
 
 void shutdown() {
@@ -79,7 +104,7 @@ NcclCommunicator& world_nccl() {
   std::lock_guard<std::mutex> lock(g_mu);
   World& w = current();
   if (!w.nccl) {
-    PrefixStore store(w.boot.store, "libtrain/world-nccl");
+    detail::WorldStore store(*w.comm);
     w.nccl = std::make_unique<NcclCommunicator>(store, w.comm->rank(), w.comm->size(),
                                                 w.comm->local_rank(), timeout_from_env());
   }

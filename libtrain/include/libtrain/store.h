@@ -30,6 +30,8 @@ class Store {
   // Makes every rank's earlier set() visible to every rank's later get(). Collective for stores
   // that need it (PMIx fence); a no-op for stores that publish at once.
   virtual void publish(Seconds /*timeout*/) {}
+  // Every rank has connected: a store that listens for ranks may stop (requests go on).
+  virtual void seal() {}
   // Waits until every key exists.
   void wait(const std::vector<std::string>& keys, Seconds timeout);
   // Barrier over `size` ranks built on add() + get(); `name` must be fresh for each use.
@@ -58,6 +60,7 @@ class PrefixStore final : public Store {
   Bytes get(const std::string& key, Seconds t) override { return base_->get(prefix_ + key, t); }
   int64_t add(const std::string& key, int64_t d) override { return base_->add(prefix_ + key, d); }
   void publish(Seconds timeout) override { base_->publish(timeout); }
+  void seal() override { base_->seal(); }
 
  private:
   std::shared_ptr<Store> base_;

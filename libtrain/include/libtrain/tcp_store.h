@@ -23,6 +23,9 @@ class TcpStore final : public Store {
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, Seconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  // Rank 0 stops listening (connected clients are still served). Destroying the store then
+  // frees the port at once: the server waits for the clients to hang up first.
+  void seal() override;
   int port() const { return port_; }
 
  private:

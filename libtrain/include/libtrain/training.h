@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "libtrain/bootstrap.h"
 #include "libtrain/communicator.h"
 #include "libtrain/types.h"
 
@@ -14,6 +15,8 @@ namespace libtrain {
 
 // Idempotent. Reads LIBTRAIN_TIMEOUT, LIBTRAIN_SHM_CHUNK, LIBTRAIN_TIMELINE, LIBTRAIN_BOOTSTRAP.
 void init();
+// The same over a rendezvous the caller already has (libtrain.torch: torch.distributed's store).
+void init(BootstrapInfo boot);
 void shutdown();  // waits for outstanding collectives; init() may be called again
 bool is_initialized();
 int rank();

@@ -1,9 +1,11 @@
 // Bootstrap selection from the environment, the RANK/WORLD_SIZE/MASTER_* bootstrap with forked
-// processes, bad settings, and the PMIx bootstrap under OpenMPI's mpirun (skipped without it).
+// processes (MASTER_PORT free again after init(), a taken MASTER_PORT), bad settings, and the
+// PMIx bootstrap under OpenMPI's mpirun (skipped without it).
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "libtrain/bootstrap.h"
 #include "libtrain/training.h"
@@ -98,6 +100,74 @@ START_TEST(env_bootstrap_three_processes_two_fake_nodes) {
 }
 END_TEST
 
+// Binds and listens on PORT without SO_REUSEADDR (as torch.distributed's TCPStore does); the
+// listening socket is returned (-1 when the port is held, TIME_WAIT included).
+static int listen_plain(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 8) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// After init(), MASTER_PORT is free (torch.distributed's env:// rendezvous binds it next in a
+// script that mixes both) and the world still works: it no longer needs the store.
+START_TEST(env_bootstrap_gives_master_port_back) {
+  clear_env();
+  int port = free_port();
+  std::string port_text = std::to_string(port);
+  auto codes = testing::run_processes(3, [&](int rank, const std::shared_ptr<Store>&) {
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", "3", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", port_text.c_str(), 1);
+    setenv("LIBTRAIN_NODE", rank == 2 ? "b" : "a", 1);
+    setenv("LIBTRAIN_TIMEOUT", "10", 1);
+    init();
+    if (rank == 0) {  // the server was here: nothing may hold the port any more
+      int fd = listen_plain(port);
+      if (fd < 0) return 1;
+      close(fd);
+    }
+    int64_t v = rank + 1;
+    world().allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+    world().barrier();
+    shutdown();
+    return v == 6 ? 0 : 2;
+  });
+  for (int c : codes) ck_assert_int_eq(c, 0);
+}
+END_TEST
+
+// Rank 0 finding MASTER_PORT taken (e.g. by torch.distributed's store) is one line that names
+// the variable, its value and the fixes, at once.
+START_TEST(env_bootstrap_master_port_in_use) {
+  clear_env();
+  int port = free_port();
+  int holder = listen_plain(port);
+  ck_assert_int_ge(holder, 0);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  std::string message;
+  try {
+    bootstrap_env(Seconds(5));
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  close(holder);
+  clear_env();
+  std::string expected = "libtrain: MASTER_PORT=" + std::to_string(port) + " is already in use";
+  ck_assert_msg(message.rfind(expected, 0) == 0, "got '%s'", message.c_str());
+  ck_assert_msg(message.find("set a free MASTER_PORT") != std::string::npos, "no fix in '%s'", message.c_str());
+}
+END_TEST
+
 START_TEST(pmix_bootstrap_under_mpirun) {
   if (system("command -v mpirun >/dev/null 2>&1") != 0) {
     printf("SKIP: mpirun not installed\n");
@@ -119,6 +189,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, single_process);
   tcase_add_test(tc, bad_settings_are_rejected);
   tcase_add_test(tc, env_bootstrap_three_processes_two_fake_nodes);
+  tcase_add_test(tc, env_bootstrap_gives_master_port_back);
+  tcase_add_test(tc, env_bootstrap_master_port_in_use);
   tcase_add_test(tc, pmix_bootstrap_under_mpirun);
   suite_add_tcase(s, tc);
   return s;

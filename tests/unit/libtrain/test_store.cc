@@ -1,17 +1,22 @@
 // Stores: InMemoryStore with threads, TcpStore across forked processes (set/get/add, waits,
-// timeouts, barrier), PrefixStore namespacing, and TcpStore against peers that send garbage
-// lengths (found by tests/fuzz/fuzz_libtrain_wire).
+// timeouts, barrier), PrefixStore namespacing, TcpStore against peers that send garbage lengths
+// (found by tests/fuzz/fuzz_libtrain_wire), TcpStore giving its port back (seal, then destroy),
+// and the world's WorldStore (src/world_store.h).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <thread>
 
 #include "ranks.h"
+#include "world_store.h"
 // check.h last: it defines macros (fail) that clash with <ios>.
 #include "check_main.h"
 
@@ -184,6 +189,107 @@ START_TEST(tcp_store_client_refuses_huge_value) {
 }
 END_TEST
 
+namespace {
+
+// Binds and listens on 127.0.0.1:PORT *without* SO_REUSEADDR, as torch.distributed's TCPStore
+// (PyTorch 1.13) does: fails while any socket, a TIME_WAIT one included, holds the port.
+bool port_is_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && listen(fd, 1) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+// libtrain.init() with the env bootstrap, then torch.distributed's env:// rendezvous on the same
+// MASTER_PORT: after seal() nobody new is accepted (a newcomer is refused, not accepted and
+// reset) while the connected clients are still served; destroying the server store waits for
+// the clients to hang up, so that no TIME_WAIT socket is left on the port.
+START_TEST(tcp_store_seal_then_destroy_frees_the_port) {
+  auto server = std::make_unique<TcpStore>("127.0.0.1", 0, true, Seconds(5));
+  int port = server->port();
+  auto client = std::make_unique<TcpStore>("127.0.0.1", port, false, Seconds(5));
+  client->set("k", to_bytes("v"));
+  ck_assert(!port_is_free(port));
+  server->seal();
+  // A connection attempt now is refused (the listener is gone; the server thread closes it
+  // asynchronously, so allow it a moment).
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    refused = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 && errno == ECONNREFUSED;
+    close(fd);
+    if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ck_assert_msg(refused, "a new connection after seal() was not refused");
+  ck_assert_str_eq(to_string(client->get("k", Seconds(1))).c_str(), "v");  // still served
+  ck_assert_str_eq(to_string(server->get("k", Seconds(1))).c_str(), "v");
+  ck_assert_int_eq(client->add("n", 2), 2);
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    client.reset();
+  });
+  auto start = std::chrono::steady_clock::now();
+  server.reset();  // waits for the client to hang up first
+  auto took = std::chrono::steady_clock::now() - start;
+  late.join();
+  ck_assert_msg(took >= std::chrono::milliseconds(250), "the server did not wait for its client");
+  ck_assert_msg(took < std::chrono::seconds(2), "the server waited past the client's hang-up");
+  ck_assert_msg(port_is_free(port), "port %d still held after the store went", port);
+}
+END_TEST
+
+// A client that never hangs up holds the server's destruction for 2 s at most.
+START_TEST(tcp_store_destroy_waits_bounded) {
+  auto server = std::make_unique<TcpStore>("127.0.0.1", 0, true, Seconds(5));
+  TcpStore client("127.0.0.1", server->port(), false, Seconds(5));
+  client.set("k", to_bytes("v"));
+  auto start = std::chrono::steady_clock::now();
+  server.reset();
+  auto took = std::chrono::steady_clock::now() - start;
+  ck_assert(took >= std::chrono::milliseconds(1500) && took < std::chrono::seconds(4));
+}
+END_TEST
+
+// WorldStore: rank 0's value reaches every rank through the communicator, empty and large values
+// included, in the order the ranks ask.
+START_TEST(world_store_broadcasts_rank_zero_values) {
+  std::string err = testing::run_threads(3, [](int rank, const std::shared_ptr<Store>& store) {
+    Communicator comm(store, rank, 3, rank == 2 ? "b" : "a");
+    detail::WorldStore world(comm);
+    Bytes big(3 << 20);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 7 + 1);
+    if (rank == 0) {
+      world.set("id", to_bytes("nccl-id-0123"));
+      world.set("big", big);
+    } else {
+      world.set("id", to_bytes("ignored"));  // only rank 0's values count
+    }
+    world.publish(Seconds(5));
+    if (to_string(world.get("id", Seconds(5))) != "nccl-id-0123") throw std::runtime_error("id differs");
+    if (world.get("big", Seconds(5)) != big) throw std::runtime_error("big value differs");
+    if (!world.get("never-set", Seconds(5)).empty()) throw std::runtime_error("unset key not empty");
+    bool no_add = false;
+    try {
+      world.add("n", 1);
+    } catch (const Error&) {
+      no_add = true;
+    }
+    if (!no_add) throw std::runtime_error("add() did not throw");
+  });
+  ck_assert_msg(err.empty(), "%s", err.c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("libtrain_store");
   TCase* tc = tcase_create("store");
@@ -196,6 +302,9 @@ Suite* make_suite(void) {
   tcase_add_test(tc, tcp_store_connect_timeout);
   tcase_add_test(tc, tcp_store_server_refuses_huge_lengths);
   tcase_add_test(tc, tcp_store_client_refuses_huge_value);
+  tcase_add_test(tc, tcp_store_seal_then_destroy_frees_the_port);
+  tcase_add_test(tc, tcp_store_destroy_waits_bounded);
+  tcase_add_test(tc, world_store_broadcasts_rank_zero_values);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -2,7 +2,8 @@
 so collectives cross both shared memory and the TCP ring, and checks every collective and option
 against values each rank computes itself; DistributedOptimizer and SyncBatchNorm against one
 process on the whole batch; errors (mismatches, a dead rank, a stalled rank) as exceptions on
-every rank within LIBTRAIN_TIMEOUT. The `cuda` scenario (alone) needs NCCL and a CUDA-enabled
+every rank within LIBTRAIN_TIMEOUT; hvd.init() beside torch.distributed's env:// rendezvous, in
+either order. The `cuda` scenario (alone) needs NCCL and a CUDA-enabled
 PyTorch, and exits 77 (skipped) without them.   usage: test_torch_hvd.py [SCENARIO...]"""
 import json
 import os
@@ -22,6 +23,9 @@ import libtrain
 import libtrain.torch as hvd
 
 torch.set_num_threads(1)
+if os.environ.get("DIST_BEFORE_HVD"):  # torch.distributed's env:// rendezvous holds MASTER_PORT
+    import datetime, torch.distributed as dist
+    dist.init_process_group(os.environ["DIST_BEFORE_HVD"], timeout=datetime.timedelta(seconds=30))
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 scenario = sys.argv[1]
@@ -269,6 +273,32 @@ def dies():
         opt.step()
 
 
+def torch_distributed():
+    """hvd.init() and torch.distributed's env:// rendezvous (same MASTER_PORT) in one script, in
+    either order: before it, hvd.init() shares torch's store; after it, the port is free again."""
+    import datetime, torch.distributed as dist
+    before = os.environ.get("DIST_BEFORE_HVD")
+    if not before:  # a rank that fails here must not leave the others waiting 30 minutes
+        dist.init_process_group(os.environ["DIST_AFTER_HVD"], timeout=datetime.timedelta(seconds=30))
+    check(libtrain.bootstrap_method() == ("torch" if before else "env"), f"bootstrap {libtrain.bootstrap_method()}")
+    check((dist.get_rank(), dist.get_world_size()) == (r, n), "torch's rank and size")
+    check((hvd.local_size(), hvd.cross_size()) == (2, 2), "topology")
+    want = [n * (n + 1) / 2] * 3
+    for _ in range(2):  # interleaved
+        t = torch.full((3,), float(r + 1))
+        dist.all_reduce(t)
+        check(t.tolist() == want, f"dist.all_reduce: {t.tolist()}")
+        h = hvd.allreduce(torch.full((3,), float(r + 1)), op=hvd.Sum)
+        check(h.tolist() == want, f"hvd.allreduce: {h.tolist()}")
+    hvd.shutdown()  # and again: a second world over the same torch store takes fresh keys
+    hvd.init()
+    h = hvd.allreduce(torch.full((3,), float(r + 1)), op=hvd.Sum)
+    check(h.tolist() == want and hvd.rank() == r, f"hvd.allreduce after init() again: {h.tolist()}")
+    hvd.barrier()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def cuda():
     """CUDA tensors through the NCCL communicator: one device per local rank."""
     torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
@@ -290,7 +320,7 @@ def cuda():
 
 try:
     {"cuda": cuda, "collectives": collectives, "optimizer": optimizer, "sync_batch_norm": sync_batch_norm,
-     "mismatch": mismatch, "dies": dies}[scenario]()
+     "mismatch": mismatch, "dies": dies, "torch_distributed": torch_distributed}[scenario]()
 except libtrain.Error as e:
     print(f"RESULT {json.dumps({'error': type(e).__name__, 'message': str(e)})}", flush=True)
     sys.exit(3)
@@ -377,7 +407,8 @@ def main():
             sys.exit(77)
         expect_success("cuda")
         return
-    scenarios = sys.argv[1:] or ["collectives", "optimizer", "sync_batch_norm", "mismatch", "dies", "timeline"]
+    scenarios = sys.argv[1:] or ["collectives", "optimizer", "sync_batch_norm", "mismatch", "dies", "timeline",
+                                 "torch_distributed"]
     for scenario in scenarios:
         if scenario in ("collectives", "optimizer", "sync_batch_norm"):
             expect_success(scenario, {"LIBTRAIN_TORCH_BUCKET_BYTES": "2048"} if scenario == "optimizer" else None)
@@ -392,6 +423,11 @@ def main():
                                        dead=1, within=30)
             if not any(result_of(out)["error"] == "TimeoutError" for r, (_, out) in enumerate(results) if r != 1):
                 raise AssertionError("a stalled rank: no rank reported TimeoutError")
+        elif scenario == "torch_distributed":
+            expect_success(scenario, {"DIST_AFTER_HVD": "gloo"})
+            expect_success(scenario, {"DIST_AFTER_HVD": "libtrain"})
+            expect_success(scenario, {"DIST_BEFORE_HVD": "gloo"})
+            expect_success(scenario, {"DIST_BEFORE_HVD": "libtrain"})
         elif scenario == "timeline":
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "trace-%r.json")

@@ -47,10 +47,38 @@ global_process_set = ProcessSet()
 
 def init(comm=None, process_sets=None):
     """Joins the job: PMIx under srun --mpi=pmix, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
-    otherwise (the plugin and `slipway run` set them), else a single rank. Idempotent."""
+    otherwise (the plugin and `slipway run` set them), else a single rank. Idempotent.
+    Without PMIx, after torch.distributed.init_process_group() the rendezvous goes through
+    torch's store: its env:// server already holds MASTER_PORT."""
     if comm is not None or process_sets:
         raise NotImplementedError("libtrain.torch: init() takes no MPI communicator or process sets")
-    _init()
+    if is_initialized():
+        return
+    shared = _torch_rendezvous()
+    if shared is None:
+        _init()
+        return
+    global _torch_worlds
+    _torch_worlds += 1
+    _libtrain.init_from_store(*shared, method="torch")  # keeps no reference to the store
+
+
+# Worlds formed over torch's store so far: each init() after a shutdown() takes fresh keys (every
+# rank counts the same), as the env bootstrap takes a fresh server.
+_torch_worlds = 0
+
+
+def _torch_rendezvous():
+    """(store, rank, size) of torch.distributed's default group when init() should share it:
+    no PMIx, RANK/WORLD_SIZE set, and the default group already formed over them."""
+    if _libtrain.detect_bootstrap() != "env":
+        return None
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    from torch.distributed import distributed_c10d
+    store = dist.PrefixStore(f"libtrain/hvd/{_torch_worlds + 1}", distributed_c10d._get_default_store())
+    return _backend._StoreAdapter(store), dist.get_rank(), dist.get_world_size()
 
 
 def shutdown():
