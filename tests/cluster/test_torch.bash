@@ -2,7 +2,8 @@
 # plugin (srun --container-image) and through `slipway run` under srun: plain DDP on Gloo and on
 # the libtrain backend from env:// ends with bitwise identical weights on all 8 ranks; a Horovod
 # script on libtrain.torch reaches the accuracy of one process with the same global batch; a rank
-# killed mid-run makes every other rank raise a libtrain error within LIBTRAIN_TIMEOUT: never a hang.
+# killed mid-run makes every other rank raise a libtrain error within LIBTRAIN_TIMEOUT: never a hang;
+# torch.distributed and libtrain.torch in one script without PMIx, in either order.
 
 readonly DDP=/usr/share/libtrain/examples/torch_ddp.py
 readonly HVD=/usr/share/libtrain/examples/torch_hvd.py
@@ -78,6 +79,35 @@ test_ddp_on_libtrain_through_the_plugin() { ddp_on_8_ranks plugin libtrain --mpi
 test_ddp_on_libtrain_through_slipway_run() { ddp_on_8_ranks slipway-run libtrain --mpi=pmix; }
 # No PMIx: the backend wires up from the same env:// variables Gloo uses.
 test_ddp_on_libtrain_from_env_through_the_plugin() { ddp_on_8_ranks plugin libtrain; }
+
+# A script that uses torch.distributed (env://, Gloo) and libtrain.torch together, without PMIx
+# (--mpi=none, a cluster whose MpiDefault is none): both rendezvous on the plugin's MASTER_PORT.
+# argv[1] says which comes first. Every rank prints both sums and libtrain's bootstrap.
+readonly MIXED='import sys, torch, torch.distributed as dist, libtrain, libtrain.torch as hvd
+if sys.argv[1] == "dist":
+    dist.init_process_group("gloo"); hvd.init()
+else:
+    hvd.init(); dist.init_process_group("gloo")
+t = torch.full((2,), float(dist.get_rank() + 1)); dist.all_reduce(t)
+h = hvd.allreduce(torch.full((2,), float(hvd.rank() + 1)), op=hvd.Sum)
+print(f"rank {hvd.rank()}/{hvd.size()} dist {dist.get_rank()} {libtrain.bootstrap_method()} sums {t[0]:.0f} {h[0]:.0f}")'
+
+# torch_distributed_with_hvd FIRST BOOTSTRAP: the MIXED script on 8 ranks through the plugin.
+torch_distributed_with_hvd() {
+    local first=$1 bootstrap=$2 r
+    in_torch plugin
+    # shellcheck disable=SC2086
+    run_job env LIBTRAIN_TIMEOUT=30 srun --mpi=none $EIGHT -K "${IN_TORCH[@]}" python3 -c "$MIXED" "$first"
+    assert_success
+    for r in 0 1 2 3 4 5 6 7; do
+        assert_output_contains "rank $r/8 dist $r $bootstrap sums 36 36"
+    done
+}
+
+# torch.distributed first: hvd.init() shares its store (the port is taken).
+test_torch_distributed_then_hvd_init_from_env_through_the_plugin() { torch_distributed_with_hvd dist torch; }
+# hvd.init() first: it gives MASTER_PORT back for torch's env:// store.
+test_hvd_init_then_torch_distributed_from_env_through_the_plugin() { torch_distributed_with_hvd hvd env; }
 
 # The number after "final test accuracy" in $output.
 final_accuracy() {
