@@ -78,16 +78,21 @@ START_TEST(bad_settings_are_rejected) {
 }
 END_TEST
 
+// The env bootstrap's variables for RANK of 3 ranks on 2 fake nodes (0, 1 on "a"; 2 on "b").
+static void set_env_rank_of_three(int rank, int port) {
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", "3", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  setenv("LIBTRAIN_NODE", rank == 2 ? "b" : "a", 1);
+  setenv("LIBTRAIN_TIMEOUT", "10", 1);
+}
+
 START_TEST(env_bootstrap_three_processes_two_fake_nodes) {
   clear_env();
-  std::string port = std::to_string(free_port());
+  int port = free_port();
   auto codes = testing::run_processes(3, [&](int rank, const std::shared_ptr<Store>&) {
-    setenv("RANK", std::to_string(rank).c_str(), 1);
-    setenv("WORLD_SIZE", "3", 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    setenv("MASTER_PORT", port.c_str(), 1);
-    setenv("LIBTRAIN_NODE", rank == 2 ? "b" : "a", 1);
-    setenv("LIBTRAIN_TIMEOUT", "10", 1);
+    set_env_rank_of_three(rank, port);
     init();
     if (bootstrap_method() != "env" || libtrain::rank() != rank || libtrain::size() != 3) return 1;
     if (local_size() != (rank == 2 ? 1 : 2) || local_rank() != (rank == 1 ? 1 : 0)) return 2;
@@ -119,14 +124,8 @@ static int listen_plain(int port) {
 START_TEST(env_bootstrap_gives_master_port_back) {
   clear_env();
   int port = free_port();
-  std::string port_text = std::to_string(port);
   auto codes = testing::run_processes(3, [&](int rank, const std::shared_ptr<Store>&) {
-    setenv("RANK", std::to_string(rank).c_str(), 1);
-    setenv("WORLD_SIZE", "3", 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    setenv("MASTER_PORT", port_text.c_str(), 1);
-    setenv("LIBTRAIN_NODE", rank == 2 ? "b" : "a", 1);
-    setenv("LIBTRAIN_TIMEOUT", "10", 1);
+    set_env_rank_of_three(rank, port);
     init();
     if (rank == 0) {  // the server was here: nothing may hold the port any more
       int fd = listen_plain(port);

@@ -106,13 +106,18 @@ END_TEST
 
 namespace {
 
-// A raw TCP connection to 127.0.0.1:PORT (the hostile peer's side).
-int raw_connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+sockaddr_in loopback(int port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+// A raw TCP connection to 127.0.0.1:PORT (the hostile peer's side).
+int raw_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = loopback(port);
   ck_assert_int_eq(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   return fd;
 }
@@ -195,10 +200,7 @@ namespace {
 // (PyTorch 1.13) does: fails while any socket, a TIME_WAIT one included, holds the port.
 bool port_is_free(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = loopback(port);
   bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && listen(fd, 1) == 0;
   close(fd);
   return ok;
@@ -217,19 +219,11 @@ START_TEST(tcp_store_seal_then_destroy_frees_the_port) {
   client->set("k", to_bytes("v"));
   ck_assert(!port_is_free(port));
   server->seal();
-  // A connection attempt now is refused (the listener is gone; the server thread closes it
-  // asynchronously, so allow it a moment).
-  bool refused = false;
-  for (int i = 0; i < 100 && !refused; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    refused = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 && errno == ECONNREFUSED;
-    close(fd);
-    if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // seal() returned: the listener is gone, so a connection attempt is refused at once.
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = loopback(port);
+  bool refused = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 && errno == ECONNREFUSED;
+  close(fd);
   ck_assert_msg(refused, "a new connection after seal() was not refused");
   ck_assert_str_eq(to_string(client->get("k", Seconds(1))).c_str(), "v");  // still served
   ck_assert_str_eq(to_string(server->get("k", Seconds(1))).c_str(), "v");
