@@ -104,10 +104,17 @@ void Communicator::Engine::agree(const OpHeader& h) {
   if (ring_) ring_->agree(h);
 }
 
+// kAverage sums, and the stage that finishes each piece of the sum divides that piece while it is
+// in cache (the ring across nodes, else the node's shared memory): no pass over the whole buffer
+// follows, and the division's arithmetic is apply_average()'s, on the same sums.
 void Communicator::Engine::hierarchical_allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  if (op == ReduceOp::kAverage) op = ReduceOp::kSum;
-  if (shm_) shm_->allreduce(data, count, dtype, op);
-  if (ring_) ring_->allreduce(data, count, dtype, op);
+  int divisor = 1;
+  if (op == ReduceOp::kAverage) {
+    op = ReduceOp::kSum;
+    divisor = topo_.size;
+  }
+  if (shm_) shm_->allreduce(data, count, dtype, op, topo_.node_count > 1 ? 1 : divisor);
+  if (ring_) ring_->allreduce(data, count, dtype, op, divisor);
   if (shm_ && topo_.node_count > 1) shm_->broadcast(data, count * dtype_size(dtype), 0);
 }
 
@@ -115,10 +122,7 @@ void Communicator::Engine::allreduce(void* data, size_t count, DataType dtype, R
   check_op(dtype, op);
   OpHeader h{++seq_, count, static_cast<uint8_t>(Collective::kAllreduce),
              static_cast<uint8_t>(dtype), static_cast<uint8_t>(op), 0};
-  guarded(h, [&] {
-    hierarchical_allreduce(data, count, dtype, op);
-    if (op == ReduceOp::kAverage) apply_average(data, count, dtype, topo_.size);
-  });
+  guarded(h, [&] { hierarchical_allreduce(data, count, dtype, op); });
 }
 
 void Communicator::Engine::broadcast(void* data, size_t count, DataType dtype, int root) {

@@ -16,6 +16,11 @@ namespace {
 
 constexpr size_t kCmaChunk = 256 * 1024;  // bytes per peer read: the chunks stay in L2
 
+// Divides a finished piece of a sum (an average's), unless `divisor` is 1.
+void divide(void* data, size_t count, DataType dtype, int divisor) {
+  if (divisor != 1 && count) apply_average(data, count, dtype, divisor);
+}
+
 // Copies [0, len) of `src` into `dst`, except the part [skip_begin, skip_end).
 void copy_around(uint8_t* dst, const uint8_t* src, size_t len, size_t skip_begin, size_t skip_end) {
   if (skip_begin) std::memcpy(dst, src, skip_begin);
@@ -29,7 +34,7 @@ void copy_around(uint8_t* dst, const uint8_t* src, size_t len, size_t skip_begin
 // into its own buffer; (2) every slice final in its owner's buffer; each rank reads the n-1
 // other slices straight into its buffer; (3) nobody reads my buffer any more, I may return.
 // Per rank that moves ~2.5 S bytes (2 ranks) instead of ~4 S through the slots.
-void ShmGroup::allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp op) {
+void ShmGroup::allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp op, int divisor) {
   size_t esize = dtype_size(dtype), chunk = std::max<size_t>(kCmaChunk / esize, 1);
   auto* mine = static_cast<uint8_t*>(data);
   scratch_.resize(chunk * esize * static_cast<size_t>(size_ - 1));
@@ -48,6 +53,7 @@ void ShmGroup::allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp 
       inputs[k++] = buf;
     }
     reduce_many(mine + off * esize, inputs, size_, len, dtype, op);
+    divide(mine + off * esize, len, dtype, divisor);
   }
   barrier();
   for (int j = 0; j < size_; ++j) {
@@ -59,19 +65,20 @@ void ShmGroup::allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp 
 
 // One barrier: every rank stages its chunk, then reduces all n of them into its own buffer. The
 // inputs are taken in rank order on every rank, so all get bit-identical results.
-void ShmGroup::reduce_one_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op) {
+void ShmGroup::reduce_one_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op, int divisor) {
   size_t bytes = len * dtype_size(dtype);
   std::memcpy(slot(rank_, buf), in, bytes);
   barrier();
   const void* inputs[kMaxLocalRanks];
   for (int j = 0; j < size_; ++j) inputs[j] = j == rank_ ? in : slot(j, buf);
   reduce_many(in, inputs, size_, len, dtype, op);  // in place: the kernels read a block first
+  divide(in, len, dtype, divisor);
 }
 
 // Two barriers: every rank stages the n-1 slices its peers reduce (its own slice stays in its
 // buffer, where it reads it from: a third less copying than staging everything); reduces its
 // slice into its slot and its buffer; after the second barrier copies the other finished slices.
-void ShmGroup::reduce_two_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op) {
+void ShmGroup::reduce_two_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op, int divisor) {
   size_t esize = dtype_size(dtype), b, e;
   split(len, size_, rank_, b, e);
   uint8_t* mine = slot(rank_, buf);
@@ -81,6 +88,7 @@ void ShmGroup::reduce_two_phase(uint8_t* in, size_t len, int buf, DataType dtype
   for (int j = 0; j < size_; ++j) inputs[j] = (j == rank_ ? in : slot(j, buf)) + b * esize;
   if (e > b) {
     reduce_many(mine + b * esize, inputs, size_, e - b, dtype, op);
+    divide(mine + b * esize, e - b, dtype, divisor);
     std::memcpy(in + b * esize, mine + b * esize, (e - b) * esize);
   }
   barrier();
@@ -90,16 +98,16 @@ void ShmGroup::reduce_two_phase(uint8_t* in, size_t len, int buf, DataType dtype
   }
 }
 
-void ShmGroup::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+void ShmGroup::allreduce(void* data, size_t count, DataType dtype, ReduceOp op, int divisor) {
   size_t esize = dtype_size(dtype);
-  if (is_cma(count * esize)) return allreduce_cma(data, count, dtype, op);
+  if (is_cma(count * esize)) return allreduce_cma(data, count, dtype, op, divisor);
   size_t chunk = chunk_bytes_ / esize;
   auto* bytes = static_cast<uint8_t*>(data);
   for (size_t off = 0; off < count; off += chunk) {
     size_t len = std::min(chunk, count - off);
     int buf = next_buffer();
-    if (len * esize <= one_phase_bytes_) reduce_one_phase(bytes + off * esize, len, buf, dtype, op);
-    else reduce_two_phase(bytes + off * esize, len, buf, dtype, op);
+    if (len * esize <= one_phase_bytes_) reduce_one_phase(bytes + off * esize, len, buf, dtype, op, divisor);
+    else reduce_two_phase(bytes + off * esize, len, buf, dtype, op, divisor);
   }
 }
 

@@ -64,10 +64,11 @@ class ShmGroup {
   // Marks the group failed with `why`; every rank's next or current wait throws PeerError.
   void abort(const std::string& why) noexcept;
 
-  // kAverage sums only. Chunks up to the one-phase size take one barrier: every rank reduces
+  // kAverage sums only; `divisor` > 1 divides each finished piece of the sum (apply_average)
+  // before anyone copies it. Chunks up to the one-phase size take one barrier: every rank reduces
   // the whole chunk from all slots; larger ones take two: each reduces its 1/n slice, all copy
   // out. A rank's own input is read from its buffer, never staged in its slot.
-  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op);
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op, int divisor = 1);
   void broadcast(void* data, size_t bytes, int root);
   void allgather(const void* in, void* out, size_t bytes);
 
@@ -85,9 +86,9 @@ class ShmGroup {
   bool is_cma(size_t bytes) const { return use_cma_ && bytes >= cma_min_bytes_; }
   void publish_address(const void* p);
   uint64_t hdr_addr(int rank) const;  // what `rank` published
-  void allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp op);
-  void reduce_one_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op);
-  void reduce_two_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op);
+  void allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp op, int divisor);
+  void reduce_one_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op, int divisor);
+  void reduce_two_phase(uint8_t* in, size_t len, int buf, DataType dtype, ReduceOp op, int divisor);
   void find_oversubscription();
   int next_buffer() { return static_cast<int>(chunk_seq_++ & 1); }
 

@@ -146,10 +146,14 @@ void TcpRing::finish() {
   check_header(theirs_.op);
 }
 
-void TcpRing::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  if (size() == 1 || count == 0) return;
-  if (is_whole(count * dtype_size(dtype))) allreduce_whole(data, count, dtype, op);
-  else reduce_scatter_allgather(data, count, dtype, op);
+void TcpRing::allreduce(void* data, size_t count, DataType dtype, ReduceOp op, int divisor) {
+  if (count == 0) return;
+  if (size() == 1) {
+    if (divisor != 1) apply_average(data, count, dtype, divisor);
+    return;
+  }
+  if (is_whole(count * dtype_size(dtype))) allreduce_whole(data, count, dtype, op, divisor);
+  else reduce_scatter_allgather(data, count, dtype, op, divisor);
 }
 
 // Passing the whole buffer takes n-1 message latencies instead of 2(n-1), but each member sends
@@ -167,7 +171,7 @@ bool TcpRing::is_whole(size_t bytes) const {
 // n-1 steps: each member forwards what it received in the step before (its own buffer first),
 // keeping every member's buffer in scratch; then all reduce the n buffers in ring order, so every
 // member computes the same sums in the same order and gets bit-identical results.
-void TcpRing::allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp op) {
+void TcpRing::allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp op, int divisor) {
   int n = size();
   size_t bytes = count * dtype_size(dtype), stride = bytes + wire_pad(bytes);
   uint8_t* slots = scratch(stride * static_cast<size_t>(n));
@@ -179,6 +183,7 @@ void TcpRing::allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp
   const void* inputs[kMaxRingWhole];
   for (int m = 0; m < n; ++m) inputs[m] = piece(m);
   reduce_many(data, inputs, n, count, dtype, op);  // in place: the kernels read a block first
+  if (divisor != 1) apply_average(data, count, dtype, divisor);
 }
 
 // The reduce-scatter and the allgather as one full-duplex stream of 2(n-1) messages each way.
@@ -188,7 +193,7 @@ void TcpRing::allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp
 // of each link stay busy. Every message is padded to kWireAlign bytes (socket.h); the first
 // incoming one follows the previous member's op header when that is due, checked before any of
 // its data is used.
-void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype, ReduceOp op) {
+void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype, ReduceOp op, int divisor) {
   const int n = size(), msgs = 2 * (n - 1);
   const size_t esize = dtype_size(dtype), cnt = static_cast<size_t>(n);
   auto seg = [&](int s) { return static_cast<size_t>((s % n + n) % n); };
@@ -214,7 +219,9 @@ void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype,
     return needs == in_m ? done : 0;
   };
   // After more of incoming message in_m arrived: reduce whole kReduceChunk pieces (and the tail
-  // once all is in) during the reduce-scatter; during the allgather it is in place already.
+  // once all is in) during the reduce-scatter; during the allgather it is in place already. The
+  // last reduce-scatter message finishes this member's segment: each piece of it is divided
+  // (an average) before the allgather's first message sends it on.
   auto absorb = [&](size_t body_got, bool complete) {
     if (in_m >= n - 1) {
       done = body_got;
@@ -222,7 +229,9 @@ void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype,
     }
     size_t ready = complete ? body_got : body_got / kReduceChunk * kReduceChunk;
     if (ready <= done) return;
-    reduce_into(base + seg_begin(in_seg(in_m)) + done, incoming + done, (ready - done) / esize, dtype, op);
+    uint8_t* at = base + seg_begin(in_seg(in_m)) + done;
+    reduce_into(at, incoming + done, (ready - done) / esize, dtype, op);
+    if (in_m == n - 2 && divisor != 1) apply_average(at, (ready - done) / esize, dtype, divisor);
     done = ready;
   };
 

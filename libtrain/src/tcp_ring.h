@@ -42,7 +42,9 @@ class TcpRing {
   // member's (finish() does when the collective sent nothing) and throws MismatchError when it
   // differs, which makes the rest of the ring fail with PeerError when this rank closes its links.
   void agree(const OpHeader& mine);
-  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op);  // kAverage sums only
+  // kAverage sums only; `divisor` > 1 divides each finished piece of the sum (apply_average)
+  // before it is passed on.
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op, int divisor = 1);
   void finish();
   void close();
   int size() const { return static_cast<int>(members_.size()); }
@@ -55,8 +57,8 @@ class TcpRing {
             const std::function<void(size_t)>& on_recv);
   void check_header(const OpHeader& theirs);
   bool is_whole(size_t bytes) const;
-  void allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp op);
-  void reduce_scatter_allgather(void* data, size_t count, DataType dtype, ReduceOp op);
+  void allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp op, int divisor);
+  void reduce_scatter_allgather(void* data, size_t count, DataType dtype, ReduceOp op, int divisor);
   uint8_t* scratch(size_t bytes);
 
   int rank_;

@@ -145,6 +145,48 @@ START_TEST(fake_nodes_bit_identical_results) {
 }
 END_TEST
 
+// An average is the sum divided once, with apply_average()'s arithmetic, whichever stage divides
+// (the ring's reduce-scatter or whole pass, the node's slots in one or two phases, or cross-memory
+// attach): bit for bit the rank's own sum divided afterwards, on every rank. Dividing a partial
+// sum would round differently (floats) or truncate differently (integers).
+START_TEST(average_is_the_sum_divided_once) {
+  struct Case {
+    const char* what;
+    int n, per_node;
+    size_t cma_min, one_phase, ring_whole;
+  };
+  static const Case kCases[] = {
+      {"one node, two phases", 4, 0, 0, 0, kAuto},       {"one node, one phase", 3, 0, 0, 1 << 20, kAuto},
+      {"one node, CMA", 3, 0, 1, kAuto, kAuto},           {"ring reduce-scatter", 4, 1, 0, kAuto, 0},
+      {"ring whole", 3, 1, 0, kAuto, size_t{1} << 40},    {"hierarchical", 6, 2, 0, kAuto, 0},
+      {"hierarchical, CMA", 4, 2, 1, kAuto, 0}};
+  const Case& c = kCases[_i];
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
+    std::string err = testing::run_threads(c.n, [&](int rank, const std::shared_ptr<Store>& store) {
+      CommunicatorOptions opts;
+      opts.timeout = Seconds(20);
+      opts.shm_chunk_bytes = 4096;
+      opts.cma_min_bytes = c.cma_min;
+      opts.shm_one_phase_bytes = c.one_phase;
+      opts.ring_whole_bytes = c.ring_whole;
+      std::string node = c.per_node ? "node" + std::to_string(rank / c.per_node) : "node";
+      Communicator comm(store, rank, c.n, node, opts);
+      const size_t count = 200003;  // many 64 KiB ring pieces and 4 KiB slots, uneven splits
+      std::vector<uint8_t> sum(count * dtype_size(dtype)), avg;
+      for (size_t i = 0; i < count; ++i)
+        testing::store_value(sum.data(), dtype, i, (rank % 2 ? -1.0 : 1.0) * (1000.0 + 0.37 * static_cast<double>(i % 977)) +
+                                                       0.11 * rank);
+      avg = sum;
+      comm.allreduce(sum.data(), count, dtype, ReduceOp::kSum);
+      comm.allreduce(avg.data(), count, dtype, ReduceOp::kAverage);
+      apply_average(sum.data(), count, dtype, c.n);
+      if (sum != avg) throw std::runtime_error(std::string(dtype_name(dtype)) + ": average differs from sum / n");
+    });
+    ck_assert_msg(err.empty(), "%s: %s", c.what, err.c_str());
+  }
+}
+END_TEST
+
 // The leaders' ring streams its 2(n-1) messages, each leaving as soon as the one it depends on
 // has come in: counts whose segments span many 64 KiB reduction pieces, uneven ones, and several
 // collectives in a row on the same links (each must start where the last one left the streams).
@@ -298,6 +340,7 @@ Suite* make_suite(void) {
   tcase_add_loop_test(tc, fake_nodes_ring_whole, 0, 5);
   tcase_add_loop_test(tc, fake_nodes_bit_identical_results, 0, 6);
   tcase_add_loop_test(tc, fake_nodes_ring_stream_large_counts, 0, 3);
+  tcase_add_loop_test(tc, average_is_the_sum_divided_once, 0, 7);
   tcase_add_loop_test(tc, one_node_cma_1_to_8_ranks, 1, 9);
   tcase_add_loop_test(tc, fake_nodes_cma, 0, 3);
   tcase_add_test(tc, cma_between_processes);
