@@ -10,8 +10,9 @@
 #       [--setup]
 # Needs a sandbox up (SLIPWAY_SANDBOX_INSTANCE picks which) with tmpfs node directories and the
 # torch image pushed: --setup does both (down, tmpfs on every node's /tmp and /var/tmp, up,
-# images torch). One srun per round, shape and model runs every mode block by block; the
-# per-rank JSON records stay in --out/raw and summarize.py prints the table. --openblas: the
+# images torch); with --rounds 0 it stops there. One srun per round, shape and model runs every
+# mode block by block; the per-rank JSON records stay in --out/raw and summarize.py prints the
+# table. --openblas: the
 # ranks load Debian 12's OpenBLAS (libopenblas0-pthread, fetched with apt-get download) instead
 # of the image's libblas.so.3, through LD_LIBRARY_PATH. --env: more variables for every rank
 # (LIBTRAIN_RING_SPIN_US=0, LIBTRAIN_TORCH_BUCKET_BYTES=..., to try a setting). --comm-only:
@@ -89,6 +90,10 @@ fi
 node_dirs_on_tmpfs || die "the node directories of $SANDBOX_DIR are not tmpfs: rerun with --setup"
 grep -q '^required' "$SANDBOX_DIR/etc/plugstack.conf" || die "the plugin is not in plugstack.conf"
 [[ -n $IMAGE ]] || IMAGE=$("$SANDBOX" image torch)
+if ((ROUNDS == 0)); then
+    say "sandbox $INSTANCE ready (tmpfs node directories, $IMAGE); no rounds asked"
+    exit 0
+fi
 
 # The benchmark's script and its traces live on /dev/shm (tmpfs, seen by every node's namespace),
 # bound into the container at /bench.

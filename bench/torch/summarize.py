@@ -40,6 +40,8 @@ def per_step_max(recs, mode):
 def main():
     out = sys.argv[1]
     runs, failed = load(out)
+    if not runs:
+        sys.exit(f"summarize: no complete srun under {out}/raw ({len(failed)} incomplete: see their .err files)")
     # (round, shape, model, mode) -> (step, compute, exposed, ddp-free or None) in seconds
     fig = {}
     diverged = []
