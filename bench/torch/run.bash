@@ -12,11 +12,11 @@
 # torch image pushed: --setup does both (down, tmpfs on every node's /tmp and /var/tmp, up,
 # images torch); with --rounds 0 it stops there. One srun per round, shape and model runs every
 # mode block by block; the per-rank JSON records stay in --out/raw and summarize.py prints the
-# table. --openblas: the
-# ranks load Debian 12's OpenBLAS (libopenblas0-pthread, fetched with apt-get download) instead
-# of the image's libblas.so.3, through LD_LIBRARY_PATH. --env: more variables for every rank
-# (LIBTRAIN_RING_SPIN_US=0, LIBTRAIN_TORCH_BUCKET_BYTES=..., to try a setting). --comm-only:
-# also time the gradients' allreduce alone on each DDP group (the wire time without compute).
+# table. --openblas: the ranks load Debian 12's OpenBLAS (libopenblas0-pthread, fetched with
+# apt-get download) instead of the image's libblas.so.3, through LD_LIBRARY_PATH. --env: more
+# variables for every rank (LIBTRAIN_RING_SPIN_US=0, LIBTRAIN_TORCH_BUCKET_BYTES=..., to try a
+# setting). --comm-only: also time the gradients' allreduce alone on each DDP group (the wire
+# time without compute).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -16,11 +16,6 @@ namespace {
 
 constexpr size_t kCmaChunk = 256 * 1024;  // bytes per peer read: the chunks stay in L2
 
-// Divides a finished piece of a sum (an average's), unless `divisor` is 1.
-void divide(void* data, size_t count, DataType dtype, int divisor) {
-  if (divisor != 1 && count) apply_average(data, count, dtype, divisor);
-}
-
 // Copies [0, len) of `src` into `dst`, except the part [skip_begin, skip_end).
 void copy_around(uint8_t* dst, const uint8_t* src, size_t len, size_t skip_begin, size_t skip_end) {
   if (skip_begin) std::memcpy(dst, src, skip_begin);
@@ -53,7 +48,7 @@ void ShmGroup::allreduce_cma(void* data, size_t count, DataType dtype, ReduceOp 
       inputs[k++] = buf;
     }
     reduce_many(mine + off * esize, inputs, size_, len, dtype, op);
-    divide(mine + off * esize, len, dtype, divisor);
+    apply_average(mine + off * esize, len, dtype, divisor);
   }
   barrier();
   for (int j = 0; j < size_; ++j) {
@@ -72,7 +67,7 @@ void ShmGroup::reduce_one_phase(uint8_t* in, size_t len, int buf, DataType dtype
   const void* inputs[kMaxLocalRanks];
   for (int j = 0; j < size_; ++j) inputs[j] = j == rank_ ? in : slot(j, buf);
   reduce_many(in, inputs, size_, len, dtype, op);  // in place: the kernels read a block first
-  divide(in, len, dtype, divisor);
+  apply_average(in, len, dtype, divisor);
 }
 
 // Two barriers: every rank stages the n-1 slices its peers reduce (its own slice stays in its
@@ -88,7 +83,7 @@ void ShmGroup::reduce_two_phase(uint8_t* in, size_t len, int buf, DataType dtype
   for (int j = 0; j < size_; ++j) inputs[j] = (j == rank_ ? in : slot(j, buf)) + b * esize;
   if (e > b) {
     reduce_many(mine + b * esize, inputs, size_, e - b, dtype, op);
-    divide(mine + b * esize, e - b, dtype, divisor);
+    apply_average(mine + b * esize, e - b, dtype, divisor);
     std::memcpy(in + b * esize, mine + b * esize, (e - b) * esize);
   }
   barrier();

@@ -147,11 +147,7 @@ void TcpRing::finish() {
 }
 
 void TcpRing::allreduce(void* data, size_t count, DataType dtype, ReduceOp op, int divisor) {
-  if (count == 0) return;
-  if (size() == 1) {
-    if (divisor != 1) apply_average(data, count, dtype, divisor);
-    return;
-  }
+  if (size() == 1 || count == 0) return;  // the engine makes a ring of 2 node leaders or more
   if (is_whole(count * dtype_size(dtype))) allreduce_whole(data, count, dtype, op, divisor);
   else reduce_scatter_allgather(data, count, dtype, op, divisor);
 }
@@ -183,7 +179,7 @@ void TcpRing::allreduce_whole(void* data, size_t count, DataType dtype, ReduceOp
   const void* inputs[kMaxRingWhole];
   for (int m = 0; m < n; ++m) inputs[m] = piece(m);
   reduce_many(data, inputs, n, count, dtype, op);  // in place: the kernels read a block first
-  if (divisor != 1) apply_average(data, count, dtype, divisor);
+  apply_average(data, count, dtype, divisor);
 }
 
 // The reduce-scatter and the allgather as one full-duplex stream of 2(n-1) messages each way.
@@ -231,7 +227,7 @@ void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype,
     if (ready <= done) return;
     uint8_t* at = base + seg_begin(in_seg(in_m)) + done;
     reduce_into(at, incoming + done, (ready - done) / esize, dtype, op);
-    if (in_m == n - 2 && divisor != 1) apply_average(at, (ready - done) / esize, dtype, divisor);
+    if (in_m == n - 2) apply_average(at, (ready - done) / esize, dtype, divisor);
     done = ready;
   };
 

@@ -57,7 +57,7 @@ class TcpStore::Server {
     std::unique_lock<std::mutex> lock(mu_);
     sealed_ = true;
     wake();
-    closed_cv_.wait(lock, [this] { return !listening_; });
+    closed_cv_.wait(lock, [this] { return !listen_.valid(); });
   }
 
  private:
@@ -81,7 +81,6 @@ class TcpStore::Server {
         if (sealed_ || quit_) {
           std::lock_guard<std::mutex> lock(mu_);
           listen_.reset();
-          listening_ = false;
           closed_cv_.notify_all();
         }
         if (quit_ && !drain_until) drain_until = detail::Clock::now() + kDrain;
@@ -154,9 +153,8 @@ class TcpStore::Server {
   detail::Fd listen_;
   detail::Fd wake_;
   std::atomic<bool> quit_{false}, sealed_{false};
-  std::mutex mu_;  // guards listening_
+  std::mutex mu_;  // guards closing listen_ (the server thread alone uses it otherwise)
   std::condition_variable closed_cv_;
-  bool listening_ = true;
   std::vector<detail::Fd> clients_;
   std::map<std::string, Bytes> data_;
   std::thread thread_;

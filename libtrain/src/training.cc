@@ -45,10 +45,11 @@ size_t fusion_from_env() {
 // Forms the world over `boot` (g_mu held). The world needs the bootstrap's store only to form
 // (world_nccl() exchanges NCCL's id through a WorldStore), so it lets go of it then; a Python
 // store (libtrain.torch over torch's) is thus not held until the interpreter's exit. The env
-// bootstrap's TcpStore goes as soon as every rank is past its last request: rank 0's server stops listening before any rank leaves the
-// barrier (a torch.distributed client connecting then is refused and retries, never accepted and
-// reset), and waits for the others to hang up, so MASTER_PORT is free when init() returns and
-// torch.distributed's env:// rendezvous, which binds the same port, can follow libtrain.init().
+// bootstrap's TcpStore goes as soon as every rank is past its last request: rank 0's server
+// stops listening before any rank leaves the barrier (a torch.distributed client connecting then
+// is refused and retries, never accepted and reset), and waits for the others to hang up, so
+// MASTER_PORT is free when init() returns and torch.distributed's env:// rendezvous, which binds
+// the same port, can follow libtrain.init().
 void start_world(BootstrapInfo boot) {
   auto w = std::make_unique<World>();
   CommunicatorOptions opts = CommunicatorOptions::from_env();

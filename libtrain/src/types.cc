@@ -173,6 +173,7 @@ void reduce_into(void* inout, const void* in, size_t count, DataType dtype, Redu
 }
 
 void apply_average(void* data, size_t count, DataType dtype, int divisor) {
+  if (divisor == 1) return;
   switch (dtype) {
     case DataType::kFloat32: return average_typed<float>(data, count, divisor);
     case DataType::kFloat64: return average_typed<double>(data, count, divisor);

@@ -21,14 +21,14 @@ ReduceOp parse_op(const std::string& name);      // "sum", "average"/"avg", "min
 void check_op(DataType dtype, ReduceOp op);
 
 // out[i] = op(inputs[0][i], ..., inputs[n-1][i]) for i < count. `out` may alias inputs[k].
-// kAverage sums here; the division is apply_average()'s job, done once at the end.
+// kAverage sums here; the division is apply_average()'s job, once per element of the full sum.
 void reduce_many(void* out, const void* const* inputs, int n, size_t count, DataType dtype,
                  ReduceOp op);
 
 // inout[i] = op(inout[i], in[i]).
 void reduce_into(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op);
 
-// data[i] /= divisor (integers truncate toward zero).
+// data[i] /= divisor (integers truncate toward zero); nothing at all for a divisor of 1.
 void apply_average(void* data, size_t count, DataType dtype, int divisor);
 
 // IEEE half / bfloat16 conversions (round to nearest even), public for tests and bindings.
