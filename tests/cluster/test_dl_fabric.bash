@@ -191,6 +191,11 @@ test_slipway_run_gets_the_fabric_devices() {
     assert_mount_flags
     assert_equal "sysfs: mlx5_0 mlx5_0 mlx5_0 mlx5_1" "$(grep '^sysfs:' <<<"$output" | sort -u)" "sysfs"
     assert_memlock_kept
+    # Standalone (no step of srun's: the process itself becomes the container) on a node.
+    run_job srun -N1 -K env -u SLURM_STEP_ID -u SLURM_JOB_ID "$SLIPWAY_BIN" run --container-image="$BUSYBOX" -- sh "$PROBE"
+    assert_success
+    assert_devices "$DEFAULT_SET"
+    assert_mount_flags
     run_job srun -N1 -K env SLIPWAY_FABRIC_DEVICES='/dev/infiniband/*,-/dev/infiniband/issm*' \
         "$SLIPWAY_BIN" run --container-image="$BUSYBOX" -- sh "$PROBE"
     assert_success
