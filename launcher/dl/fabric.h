@@ -44,14 +44,15 @@ bool is_fabric_device_allowed(const FabricPolicy& policy, const std::string& pat
 struct FabricPlan {
   std::vector<std::string> devices;  // host paths, sorted: the character devices bound
   std::vector<PlannedBind> binds;    // each at its own path, read-write, nosuid, devices usable
-  std::vector<std::string> skipped;  // fabric device nodes the node has that the policy leaves out
 };
 
 // The node's devices under ROOT ("/" on a node; a fake tree in tests) that POLICY exposes: only
-// character devices (a directory, symlink or file a pattern matches is never bound). `skipped`
-// lists what the node has under the usual fabric places (kDefaultFabricPatterns and
-// kMadFabricPatterns) that POLICY leaves out, for `slipway doctor`.
+// character devices (a directory, symlink or file a pattern matches is never bound).
 FabricPlan plan_fabric(const std::string& root, const FabricPolicy& policy);
+
+// What the node has under the usual fabric places (kDefaultFabricPatterns, kMadFabricPatterns)
+// that POLICY leaves out, sorted: for `slipway doctor`.
+std::vector<std::string> fabric_devices_left_out(const std::string& root, const FabricPolicy& policy);
 
 // The InfiniBand device a verbs node belongs to, as libibverbs reads it
 // (/sys/class/infiniband_verbs/uverbsN/ibdev; umadN: /sys/class/infiniband_mad/umadN/ibdev);
