@@ -56,21 +56,37 @@ std::vector<std::string> list_dir(const std::string& dir) {
 // read once, and a name is matched only when it starts with its pattern's literal part: /dev
 // holds hundreds of entries, and every launch looks (bench/launch).
 std::set<std::string> scan(const std::string& root, const std::vector<std::string>& patterns) {
-  std::map<std::string, std::vector<std::string>> by_dir;
-  for (const auto& p : patterns) by_dir[p.substr(0, p.rfind('/'))].push_back(p);
+  struct Pattern {
+    std::string whole;
+    std::string_view literal;  // of its last component, up to the first glob character
+  };
+  std::map<std::string, std::vector<Pattern>> by_dir;
+  for (const auto& p : patterns) {
+    const size_t slash = p.rfind('/');
+    const size_t glob = std::min(p.find_first_of("*?[", slash), p.size());
+    by_dir[p.substr(0, slash)].push_back({p, std::string_view(p).substr(slash + 1, glob - slash - 1)});
+  }
   std::set<std::string> out;
   for (const auto& [dir, in_dir] : by_dir) {
-    for (const auto& name : list_dir(in_root(root, dir))) {
-      const std::string path = dir + "/" + name;
+    DIR* d = opendir(in_root(root, dir).c_str());
+    if (!d) continue;
+    while (const dirent* e = readdir(d)) {
+      const std::string_view name = e->d_name;
       for (const auto& p : in_dir) {
-        const std::string_view literal =
-            std::string_view(p).substr(dir.size() + 1, p.find_first_of("*?[", dir.size()) - dir.size() - 1);
+        if (!name.starts_with(p.literal)) continue;
+        const std::string path = dir + "/" + std::string(name);
+        if (!fabric_pattern_matches(p.whole, path)) continue;
+        // d_type spares an lstat for a device node. A plain file may have a device bound over
+        // it (a /dev built that way, as ours in a container is) and d_type is the file's: ask.
         struct stat st;
-        if (!name.starts_with(literal) || !fabric_pattern_matches(p, path)) continue;
-        if (lstat(in_root(root, path).c_str(), &st) == 0 && S_ISCHR(st.st_mode)) out.insert(path);
+        const bool maybe = e->d_type == DT_REG || e->d_type == DT_UNKNOWN;
+        if (e->d_type == DT_CHR ||
+            (maybe && lstat(in_root(root, path).c_str(), &st) == 0 && S_ISCHR(st.st_mode)))
+          out.insert(path);
         break;
       }
     }
+    closedir(d);
   }
   return out;
 }
