@@ -58,13 +58,13 @@ std::vector<std::string> list_dir(const std::string& dir) {
 std::set<std::string> scan(const std::string& root, const std::vector<std::string>& patterns) {
   struct Pattern {
     std::string whole;
-    std::string_view literal;  // of its last component, up to the first glob character
+    std::string literal;  // its last component up to the first glob character
   };
   std::map<std::string, std::vector<Pattern>> by_dir;
   for (const auto& p : patterns) {
     const size_t slash = p.rfind('/');
     const size_t glob = std::min(p.find_first_of("*?[", slash), p.size());
-    by_dir[p.substr(0, slash)].push_back({p, std::string_view(p).substr(slash + 1, glob - slash - 1)});
+    by_dir[p.substr(0, slash)].push_back({p, p.substr(slash + 1, glob - slash - 1)});
   }
   std::set<std::string> out;
   for (const auto& [dir, in_dir] : by_dir) {
