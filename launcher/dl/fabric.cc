@@ -28,14 +28,16 @@ bool has_glob(std::string_view s) { return s.find_first_of("*?[") != std::string
 // Why PATTERN is not one we take, or "" when it is.
 std::string pattern_problem(std::string_view p) {
   if (!p.starts_with("/dev/")) return "is not an absolute path under /dev";
-  if (p.find_first_of("\\ \t\n") != std::string_view::npos) return "contains a backslash or a space";
+  if (p.find_first_of("\\ \t\n") != std::string_view::npos)
+    return "contains a backslash or a space";
   const size_t slash = p.rfind('/');
   const std::string_view dir = p.substr(0, slash), name = p.substr(slash + 1);
   if (name.empty()) return "names a directory, not devices";
   if (has_glob(dir)) return "has a glob character in a directory";
   for (auto part : split(p.substr(1), '/'))
     if (part.empty() || part == "." || part == "..") return "has an empty, '.' or '..' component";
-  for (size_t open = name.find('['); open != std::string_view::npos; open = name.find('[', open + 1))
+  for (size_t open = name.find('['); open != std::string_view::npos;
+       open = name.find('[', open + 1))
     if (name.find(']', open + 2) == std::string_view::npos) return "has a '[' without its ']'";
   return "";
 }
@@ -120,15 +122,17 @@ Result<FabricPolicy> parse_fabric_policy(std::string_view value, std::string_vie
   FabricPolicy p;
   for (auto item : split(value, ',')) {
     if (item.empty())
-      return Status::error(k + ": empty item in '" + std::string(value) +
-                               "'; separate the items with one comma",
-                           EINVAL);
+      return Status::error(
+          k + ": empty item in '" + std::string(value) + "'; separate the items with one comma",
+          EINVAL);
     if (item == "default") {
-      p.include.insert(p.include.end(), std::begin(kDefaultFabricPatterns), std::end(kDefaultFabricPatterns));
+      p.include.insert(p.include.end(), std::begin(kDefaultFabricPatterns),
+                       std::end(kDefaultFabricPatterns));
       continue;
     }
     if (item == "mad") {
-      p.include.insert(p.include.end(), std::begin(kMadFabricPatterns), std::end(kMadFabricPatterns));
+      p.include.insert(p.include.end(), std::begin(kMadFabricPatterns),
+                       std::end(kMadFabricPatterns));
       continue;
     }
     if (item == "none") {
@@ -138,13 +142,14 @@ Result<FabricPolicy> parse_fabric_policy(std::string_view value, std::string_vie
     const bool exclude = item.starts_with('-');
     const std::string_view pattern = exclude ? item.substr(1) : item;
     if (!pattern.starts_with('/'))
-      return Status::error(k + ": '" + std::string(item) + "' is neither default, mad, none nor a " +
-                               "device pattern; " + std::string(kPatternHelp),
-                           EINVAL);
-    if (auto why = pattern_problem(pattern); !why.empty())
-      return Status::error(k + ": pattern '" + std::string(pattern) + "' " + why + "; " +
+      return Status::error(k + ": '" + std::string(item) +
+                               "' is neither default, mad, none nor a " + "device pattern; " +
                                std::string(kPatternHelp),
                            EINVAL);
+    if (auto why = pattern_problem(pattern); !why.empty())
+      return Status::error(
+          k + ": pattern '" + std::string(pattern) + "' " + why + "; " + std::string(kPatternHelp),
+          EINVAL);
     (exclude ? p.exclude : p.include).emplace_back(pattern);
   }
   return p;
@@ -166,8 +171,11 @@ FabricPlan plan_fabric(const std::string& root, const FabricPolicy& policy) {
     if (!is_fabric_device_allowed(policy, path)) continue;
     plan.devices.push_back(path);
     // Read-write (verbs write commands to it), nosuid; a node that went away since is skipped.
-    plan.binds.push_back({.bind = {.source = in_root(root, path), .destination = path,
-                                   .recursive = false, .optional = true, .allow_devices = true},
+    plan.binds.push_back({.bind = {.source = in_root(root, path),
+                                   .destination = path,
+                                   .recursive = false,
+                                   .optional = true,
+                                   .allow_devices = true},
                           .why = "the node's fabric device (fabric_devices)"});
   }
   return plan;
@@ -175,7 +183,8 @@ FabricPlan plan_fabric(const std::string& root, const FabricPolicy& policy) {
 
 std::vector<std::string> fabric_devices_left_out(const std::string& root,
                                                  const FabricPolicy& policy) {
-  std::vector<std::string> usual(std::begin(kDefaultFabricPatterns), std::end(kDefaultFabricPatterns));
+  std::vector<std::string> usual(std::begin(kDefaultFabricPatterns),
+                                 std::end(kDefaultFabricPatterns));
   usual.insert(usual.end(), std::begin(kMadFabricPatterns), std::end(kMadFabricPatterns));
   std::vector<std::string> out;
   for (const auto& path : scan(root, usual))
@@ -185,9 +194,9 @@ std::vector<std::string> fabric_devices_left_out(const std::string& root,
 
 std::string fabric_ib_device(const std::string& root, const std::string& device) {
   const std::string name = device.substr(device.rfind('/') + 1);
-  const char* cls = name.starts_with("uverbs")                                  ? "infiniband_verbs"
+  const char* cls = name.starts_with("uverbs")                             ? "infiniband_verbs"
                     : name.starts_with("umad") || name.starts_with("issm") ? "infiniband_mad"
-                                                                                : nullptr;
+                                                                           : nullptr;
   if (!cls || !device.starts_with("/dev/infiniband/")) return "";
   return read_line(in_root(root, std::string("/sys/class/") + cls + "/" + name + "/ibdev"));
 }
@@ -199,8 +208,8 @@ Finding check_fabric(const std::string& root, const FabricPolicy& policy) {
   const std::vector<std::string> left_out = fabric_devices_left_out(root, policy);
   if (plan.devices.empty() && left_out.empty())
     return {"fabric", Verdict::kSkip,
-            "no RDMA or fabric devices (" + join({std::begin(kDefaultFabricPatterns),
-                                                  std::end(kDefaultFabricPatterns)}) + ")",
+            "no RDMA or fabric devices (" +
+                join({std::begin(kDefaultFabricPatterns), std::end(kDefaultFabricPatterns)}) + ")",
             ""};
   std::vector<std::string> bound;
   for (const auto& d : plan.devices) {

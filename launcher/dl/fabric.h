@@ -52,7 +52,8 @@ FabricPlan plan_fabric(const std::string& root, const FabricPolicy& policy);
 
 // What the node has under the usual fabric places (kDefaultFabricPatterns, kMadFabricPatterns)
 // that POLICY leaves out, sorted: for `slipway doctor`.
-std::vector<std::string> fabric_devices_left_out(const std::string& root, const FabricPolicy& policy);
+std::vector<std::string> fabric_devices_left_out(const std::string& root,
+                                                 const FabricPolicy& policy);
 
 // The InfiniBand device a verbs node belongs to, as libibverbs reads it
 // (/sys/class/infiniband_verbs/uverbsN/ibdev; umadN: /sys/class/infiniband_mad/umadN/ibdev);

@@ -39,7 +39,8 @@ static std::string refusal(const char* value) {
 
 static void put(const char* path, const std::string& v) {
   int fd = open(path, O_WRONLY);
-  ck_assert_msg(fd >= 0 && write(fd, v.data(), v.size()) == static_cast<ssize_t>(v.size()), "%s", path);
+  ck_assert_msg(fd >= 0 && write(fd, v.data(), v.size()) == static_cast<ssize_t>(v.size()), "%s",
+                path);
   close(fd);
 }
 
@@ -54,13 +55,17 @@ static std::string make_fabric_node() {
   root = make_scratch();
   ck_assert_int_eq(mount("fabric-test", root.c_str(), "tmpfs", 0, "mode=0755"), 0);
   atexit([] { umount2(root.c_str(), MNT_DETACH); });
-  const Paths devices = {"/dev/infiniband/uverbs0", "/dev/infiniband/uverbs1",
-                         "/dev/infiniband/rdma_cm", "/dev/infiniband/umad0",
-                         "/dev/infiniband/issm0",   "/dev/cxi0",
+  const Paths devices = {"/dev/infiniband/uverbs0",
+                         "/dev/infiniband/uverbs1",
+                         "/dev/infiniband/rdma_cm",
+                         "/dev/infiniband/umad0",
+                         "/dev/infiniband/issm0",
+                         "/dev/cxi0",
                          "/dev/hfi1_0"};
   for (const auto& d : devices) {
     write_file(root + d, "");
-    ck_assert_msg(mount("/dev/null", (root + d).c_str(), nullptr, MS_BIND, nullptr) == 0, "%s", d.c_str());
+    ck_assert_msg(mount("/dev/null", (root + d).c_str(), nullptr, MS_BIND, nullptr) == 0, "%s",
+                  d.c_str());
   }
   make_dirs(root + "/dev/infiniband/uverbs-by-path");
   write_file(root + "/dev/cxi_notes", "not a device\n");
@@ -96,8 +101,8 @@ END_TEST
 
 START_TEST(lists_add_restrict_and_replace) {
   FabricPolicy p = parsed("default,mad");
-  for (const char* dev : {"/dev/infiniband/umad0", "/dev/infiniband/issm0", "/dev/infiniband/uverbs3",
-                          "/dev/cxi1", "/dev/hfi1_0"})
+  for (const char* dev : {"/dev/infiniband/umad0", "/dev/infiniband/issm0",
+                          "/dev/infiniband/uverbs3", "/dev/cxi1", "/dev/hfi1_0"})
     ck_assert_msg(is_fabric_device_allowed(p, dev), "%s", dev);
   // A list without default replaces it.
   p = parsed("/dev/infiniband/uverbs*,/dev/infiniband/rdma_cm");
@@ -142,24 +147,27 @@ START_TEST(bad_lists_are_refused_in_one_line) {
   ck_assert_msg(m.find("'umad' is neither default, mad, none nor a device pattern; write /dev/") !=
                     std::string::npos,
                 "%s", m.c_str());
-  ck_assert(refusal("infiniband/uverbs*").find("'infiniband/uverbs*' is neither") != std::string::npos);
+  ck_assert(refusal("infiniband/uverbs*").find("'infiniband/uverbs*' is neither") !=
+            std::string::npos);
   struct Case {
     const char* value;
     const char* why;
   };
-  for (const Case& c : {Case{"/sys/class/infiniband", "'/sys/class/infiniband' is not an absolute path under /dev"},
-                        Case{"-/etc/passwd", "'/etc/passwd' is not an absolute path under /dev"},
-                        Case{"/dev", "'/dev' is not an absolute path under /dev"},
-                        Case{"/dev/infiniband/", "'/dev/infiniband/' names a directory"},
-                        Case{"/dev/*/uverbs0", "'/dev/*/uverbs0' has a glob character in a directory"},
-                        Case{"/dev/../etc/x", "has an empty, '.' or '..' component"},
-                        Case{"/dev//cxi0", "has an empty, '.' or '..' component"},
-                        Case{"/dev/infiniband/..", "has an empty, '.' or '..' component"},
-                        Case{"/dev/cxi[0", "'/dev/cxi[0' has a '[' without its ']'"},
-                        Case{"/dev/cxi\\*", "contains a backslash"}}) {
+  for (const Case& c :
+       {Case{"/sys/class/infiniband", "'/sys/class/infiniband' is not an absolute path under /dev"},
+        Case{"-/etc/passwd", "'/etc/passwd' is not an absolute path under /dev"},
+        Case{"/dev", "'/dev' is not an absolute path under /dev"},
+        Case{"/dev/infiniband/", "'/dev/infiniband/' names a directory"},
+        Case{"/dev/*/uverbs0", "'/dev/*/uverbs0' has a glob character in a directory"},
+        Case{"/dev/../etc/x", "has an empty, '.' or '..' component"},
+        Case{"/dev//cxi0", "has an empty, '.' or '..' component"},
+        Case{"/dev/infiniband/..", "has an empty, '.' or '..' component"},
+        Case{"/dev/cxi[0", "'/dev/cxi[0' has a '[' without its ']'"},
+        Case{"/dev/cxi\\*", "contains a backslash"}}) {
     m = refusal(c.value);
     ck_assert_msg(m.find(c.why) != std::string::npos, "%s: %s", c.value, m.c_str());
-    ck_assert_msg(m.find("e.g. /dev/infiniband/umad*") != std::string::npos, "no fix: %s", m.c_str());
+    ck_assert_msg(m.find("e.g. /dev/infiniband/umad*") != std::string::npos, "no fix: %s",
+                  m.c_str());
   }
   // The key is the one the caller names (SLIPWAY_FABRIC_DEVICES for `slipway run`).
   auto p = parse_fabric_policy("nope", "SLIPWAY_FABRIC_DEVICES");
@@ -185,8 +193,9 @@ START_TEST(plan_binds_character_devices_only) {
   }
   const FabricPolicy some = parsed("default,mad,-/dev/infiniband/uverbs1,-/dev/cxi*");
   plan = plan_fabric(root, some);
-  ck_assert(plan.devices == Paths({"/dev/hfi1_0", "/dev/infiniband/issm0", "/dev/infiniband/rdma_cm",
-                                   "/dev/infiniband/umad0", "/dev/infiniband/uverbs0"}));
+  ck_assert(plan.devices ==
+            Paths({"/dev/hfi1_0", "/dev/infiniband/issm0", "/dev/infiniband/rdma_cm",
+                   "/dev/infiniband/umad0", "/dev/infiniband/uverbs0"}));
   ck_assert(fabric_devices_left_out(root, some) == Paths({"/dev/cxi0", "/dev/infiniband/uverbs1"}));
   // A pattern naming the non-devices binds nothing of them.
   plan = plan_fabric(root, parsed("/dev/infiniband/uverbs-by-path,/dev/cxi_notes,/dev/hfi1_link"));
@@ -211,8 +220,9 @@ START_TEST(doctor_reports_fabric_devices_and_memlock) {
   enter_user_and_mount_namespace();
   Finding none = check_fabric(make_scratch(), default_fabric_policy());
   ck_assert(none.verdict == Verdict::kSkip);
-  EXPECT_STR(none.detail, "no RDMA or fabric devices (/dev/infiniband/uverbs*, "
-                          "/dev/infiniband/rdma_cm, /dev/cxi*, /dev/hfi1_*)");
+  EXPECT_STR(none.detail,
+             "no RDMA or fabric devices (/dev/infiniband/uverbs*, "
+             "/dev/infiniband/rdma_cm, /dev/cxi*, /dev/hfi1_*)");
   const std::string root = make_fabric_node();
   struct rlimit lim = {};
   ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &lim), 0);
