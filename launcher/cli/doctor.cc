@@ -1,8 +1,9 @@
 // `slipway doctor [--cache-dir=DIR] [--registry=HOST:PORT]... [--host-libs=SPEC]
-// [--slurm-plugin-dir=DIR] [--fabric-devices=LIST]`: checks this node for what Slipway needs (launcher/dl/doctor.h) and
-// prints one line per check, with the fix for each failure. Exit status 1 when a check failed.
-// Defaults come from the environment like the other commands (SLIPWAY_CACHE_DIR,
-// SLIPWAY_DEFAULT_REGISTRY, SLIPWAY_INSECURE_REGISTRIES, SLIPWAY_HOST_LIBS, SLIPWAY_FABRIC_DEVICES).
+// [--slurm-plugin-dir=DIR] [--fabric-devices=LIST]`: checks this node for what Slipway needs
+// (launcher/dl/doctor.h) and prints one line per check, with the fix for each failure. Exit status
+// 1 when a check failed. Defaults come from the environment like the other commands
+// (SLIPWAY_CACHE_DIR, SLIPWAY_DEFAULT_REGISTRY, SLIPWAY_INSECURE_REGISTRIES, SLIPWAY_HOST_LIBS,
+// SLIPWAY_FABRIC_DEVICES).
 #include <unistd.h>
 
 #include <cstdio>

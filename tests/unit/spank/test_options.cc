@@ -307,9 +307,9 @@ START_TEST(fabric_devices_key) {
   auto bad = parse({"fabric_devices=default,/dev/*/uverbs0"});
   ck_assert(!bad.ok());
   ck_assert_str_eq(bad.status().message().c_str(),
-                   "plugstack.conf: fabric_devices: pattern '/dev/*/uverbs0' has a glob character in "
-                   "a directory; write /dev/NAME or /dev/DIR/NAME with * ? [...] in NAME only, e.g. "
-                   "/dev/infiniband/umad*");
+                   "plugstack.conf: fabric_devices: pattern '/dev/*/uverbs0' has a glob "
+                   "character in a directory; write /dev/NAME or /dev/DIR/NAME with * ? [...] in "
+                   "NAME only, e.g. /dev/infiniband/umad*");
 }
 END_TEST
 
