@@ -172,6 +172,16 @@ constexpr std::array kConfigKeys = {
                 c.master_ports = *r;
                 return Status();
               }},
+    ConfigKey{"fabric_devices",
+              "the node's RDMA and fabric devices in every container, a list of: default "
+              "(uverbs*, rdma_cm, cxi*, hfi1_*: the default), mad (umad*, issm*), none, "
+              "/dev/PATTERN, -/dev/PATTERN to leave out",
+              [](PluginConfig& c, std::string_view v) {
+                auto p = launcher::parse_fabric_policy(v, "fabric_devices");
+                if (!p.ok()) return p.status();
+                c.fabric = std::move(*p);
+                return Status();
+              }},
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "dl/dl_env.h"
+#include "dl/fabric.h"
 #include "dl/host_libs.h"
 #include "image/import.h"
 #include "image/registry.h"
@@ -39,6 +40,7 @@ struct PluginConfig {
   bool host_libs_warn_only = false;  // host_libs_check=warn
   launcher::MpiAbiRule mpi_abi = launcher::MpiAbiRule::kFull;  // mpi_abi_check=
   launcher::PortRange master_ports;  // master_port_range=
+  launcher::FabricPolicy fabric = launcher::default_fabric_policy();  // fabric_devices=
 };
 
 launcher::Result<PluginConfig> parse_plugin_args(int argc, char** argv);

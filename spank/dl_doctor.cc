@@ -9,6 +9,7 @@ std::string diagnose_launch_failure(const PluginState& st) {
   launcher::DoctorOptions o;
   o.cache_dir = st.cache_dir;
   o.host_lib_sets = st.config.host_lib_sets;
+  o.fabric = st.config.fabric;
   std::string out;
   for (const auto& f : launcher::run_doctor(o))
     if (f.verdict == launcher::Verdict::kFail)

@@ -70,6 +70,7 @@ launcher::Status setup_step(spank_t sp, PluginState& st) {
   launcher::StepInput in;
   in.options = st.options;
   in.site = site_defaults(st.config);
+  in.fabric = st.config.fabric;
   in.plan.cache_dir = st.cache_dir;
   in.plan.uid = st.ids->uid;
   in.plan.gid = st.ids->gid;

@@ -65,6 +65,7 @@ constexpr std::array kCommands = {
                       "                   (with --squashfs: write it as one squashfs file at PATH)",
             cmd_import},
     Command{"doctor", "doctor [--cache-dir=DIR] [--registry=HOST:PORT] [--host-libs=SPEC]\n"
+                      "       [--fabric-devices=LIST]\n"
                       "                   check this node for what containers need; say how to fix it",
             cmd_doctor},
     Command{"images", "images           list the cached images: digest, size, last use, in use",

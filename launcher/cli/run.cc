@@ -110,6 +110,11 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   in.site = {.mount_home = env_flag("SLIPWAY_MOUNT_HOME", true),
              .remap_root = env_flag("SLIPWAY_REMAP_ROOT", false),
              .writable = env_flag("SLIPWAY_WRITABLE", false), .mounts = env_or("SLIPWAY_MOUNTS", "")};
+  if (const char* fabric = getenv("SLIPWAY_FABRIC_DEVICES")) {
+    auto policy = parse_fabric_policy(fabric, "SLIPWAY_FABRIC_DEVICES");
+    SLIPWAY_TRY(policy);
+    in.fabric = std::move(*policy);
+  }
   in.plan.cache_dir = cache;
   in.plan.uid = getuid();
   in.plan.gid = getgid();

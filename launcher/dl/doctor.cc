@@ -317,6 +317,7 @@ std::vector<Finding> run_doctor(const DoctorOptions& o) {
   for (const auto& r : o.registries) out.push_back(check_registry(r, o.timeout_ms));
   out.push_back(check_slurm_pmix(o.slurm_plugin_dir));
   out.push_back(check_gpus(o.root));
+  out.push_back(check_fabric(o.root, o.fabric));
   for (auto& f : check_host_libs(o.host_lib_sets)) out.push_back(std::move(f));
   return out;
 }

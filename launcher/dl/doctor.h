@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dl/fabric.h"
 #include "dl/host_libs.h"
 
 namespace slipway::launcher {
@@ -27,6 +28,7 @@ struct DoctorOptions {
   std::vector<HostLibSet> host_lib_sets;     // configured host libraries
   std::string slurm_plugin_dir = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
   std::string root = "/";                    // /dev, /proc, /sys root for the GPU check
+  FabricPolicy fabric = default_fabric_policy();  // fabric_devices= / SLIPWAY_FABRIC_DEVICES
   int timeout_ms = 2000;                     // per network check
 };
 
@@ -40,6 +42,9 @@ Finding check_cache_dir(const std::string& dir);
 Finding check_registry(const std::string& host_port, int timeout_ms);
 Finding check_slurm_pmix(const std::string& plugin_dir);
 Finding check_gpus(const std::string& root);
+// The fabric devices POLICY binds into containers, those it leaves out, and RLIMIT_MEMLOCK
+// (dl/fabric.cc).
+Finding check_fabric(const std::string& root, const FabricPolicy& policy);
 std::vector<Finding> check_host_libs(const std::vector<HostLibSet>& sets);
 
 // "ok    userns: ...\nFAIL  overlay: ...; fix: ...\n".

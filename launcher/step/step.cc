@@ -51,6 +51,11 @@ Result<Step> prepare_step(const StepInput& in) {
   plan.squashfs_file = step.image.squashfs;
   auto spec = plan_container(in.options, in.site, plan);
   SLIPWAY_TRY(spec);
+  // The fabric devices first: they belong to /dev, which is built before every other bind, so
+  // the job's --container-mounts and the site's mounts= still come after them.
+  std::vector<Bind> fabric;
+  for (auto& b : plan_fabric("/", in.fabric).binds) fabric.push_back(std::move(b.bind));
+  spec->binds.insert(spec->binds.begin(), fabric.begin(), fabric.end());
   step.spec = std::move(*spec);
   return step;
 }

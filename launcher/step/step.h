@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "dl/fabric.h"
 #include "image/cache.h"
 #include "image/import.h"
 #include "options/container_plan.h"
@@ -44,6 +45,9 @@ struct StepInput {
   JobOptions options;
   SiteDefaults site;
   PlanInput plan;  // rootfs and squashfs_file are filled in from the image
+  // The node's fabric devices every container gets (dl/fabric.h): fabric_devices= for the
+  // plugin, SLIPWAY_FABRIC_DEVICES for `slipway run`.
+  FabricPolicy fabric = default_fabric_policy();
   // The image a named or running container records (its identity); empty: import one.
   std::string recorded_image;
   // How this edge imports options.container_image (see above); called again when an rm or gc
@@ -59,7 +63,8 @@ struct Step {
   std::optional<FileLock> image_in_use;
 };
 
-// The image, held in use, and the container's plan; a new named container records its image.
+// The image, held in use, and the container's plan (with the node's fabric devices in its /dev);
+// a new named container records its image.
 Result<Step> prepare_step(const StepInput& in);
 
 // --container-entrypoint (or the site's default): whether the image's entrypoint runs.

@@ -295,6 +295,24 @@ START_TEST(new_plugstack_keys) {
 }
 END_TEST
 
+// fabric_devices= (issue 27): the default set without the key, the list with it, and a bad
+// pattern refused in one line that names the key, the pattern and the form to use.
+START_TEST(fabric_devices_key) {
+  auto d = parse({});
+  ck_assert(d.ok() && d->fabric.include == slipway::launcher::default_fabric_policy().include);
+  auto c = parse({"fabric_devices=default,mad,-/dev/cxi*"});
+  ck_assert_msg(c.ok(), "%s", c.ok() ? "" : c.status().message().c_str());
+  ck_assert(slipway::launcher::is_fabric_device_allowed(c->fabric, "/dev/infiniband/umad0"));
+  ck_assert(!slipway::launcher::is_fabric_device_allowed(c->fabric, "/dev/cxi0"));
+  auto bad = parse({"fabric_devices=default,/dev/*/uverbs0"});
+  ck_assert(!bad.ok());
+  ck_assert_str_eq(bad.status().message().c_str(),
+                   "plugstack.conf: fabric_devices: pattern '/dev/*/uverbs0' has a glob "
+                   "character in a directory; write /dev/NAME or /dev/DIR/NAME with * ? [...] in "
+                   "NAME only, e.g. /dev/infiniband/umad*");
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("spank_options");
   TCase* tc = tcase_create("parse");
@@ -314,6 +332,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, environment_defaults_slipway_then_pyxis);
   tcase_add_test(tc, explicit_flag_beats_its_inherited_opposite);
   tcase_add_test(tc, new_plugstack_keys);
+  tcase_add_test(tc, fabric_devices_key);
   suite_add_tcase(s, tc);
   return s;
 }
