@@ -6,7 +6,7 @@
 # a Python coding line; in //, #, /* */ and .\" comments), leaves exempt files and modes alone,
 # and a second --add changes nothing. Usage: test_spdx_headers.sh PATH/TO/spdx-headers
 set -euo pipefail
-script=$1
+script=$(readlink -f "$1")
 command -v git >/dev/null || { echo "skipped: git is not installed"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
