@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Install helpers shared by every component: gzipped man pages, the per-package copyright and
 # changelog.Debian.gz, and files whose text depends on the install prefix (the module file, the
 # plugstack example). Prefix-dependent work runs at install time, so `cmake --install B --prefix P`

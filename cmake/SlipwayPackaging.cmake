@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Debian packages by CPack, one per install component (`cmake --build B --target package`, or
 # contrib/make-debs.sh OUTDIR): slipway, slurm-spank-slipway, libtrain0, libtrain-dev and
 # python3-libtrain. The version is the CMake project version; dependencies on system libraries are

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # slipway_check_test(NAME SOURCES ... [LIBS ...] [LABELS ...] [TIMEOUT s])
 # One Check executable per unit, registered with CTest. Check runs each test in a forked child
 # (CK_FORK=yes) so a test may unshare() or crash without touching its neighbours.

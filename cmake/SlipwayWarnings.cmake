@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Warning and sanitizer flags shared by every Slipway target (docs/conventions.md, "Build").
 add_library(slipway_warnings INTERFACE)
 target_compile_options(slipway_warnings INTERFACE

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Installs the Debian 12 packages Slipway needs to build, test and run its sandbox. Safe to run
 # twice: when everything is already installed it asks apt nothing.
 set -euo pipefail

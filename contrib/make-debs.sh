@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Builds Slipway's Debian packages (slipway, slurm-spank-slipway, libtrain0, libtrain-dev,
 # python3-libtrain) with CPack from this tree and copies them to OUTDIR; prints their paths.
 #   contrib/make-debs.sh OUTDIR      (SLIPWAY_BUILD_DIR: the build to use, default <repo>/build)
@@ -7,7 +9,7 @@ set -euo pipefail
 
 die() { echo "make-debs: $*" >&2; exit 1; }
 
-(($# == 1)) && [[ $1 != -h && $1 != --help ]] || { sed -n '2,5s/^# \{0,1\}//p' "$0"; exit 2; }
+(($# == 1)) && [[ $1 != -h && $1 != --help ]] || { sed -n '4,7s/^# \{0,1\}//p' "$0"; exit 2; }
 out=$1
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${SLIPWAY_BUILD_DIR:-$repo/build}

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Slipway quickstart on a Debian 12 machine, as root: installs the packages, builds, starts the local
 # Slurm sandbox (4 nodes in network namespaces, a registry, test images) and runs a containerized
 # job across the 4 nodes. Leaves the sandbox up and says how to use and stop it. Safe to run twice.

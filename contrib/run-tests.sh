@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Runs the whole Slipway test suite on a Debian 12 machine, as root: installs what it needs, builds,
 # runs the Check unit tests (CTest labels unit, userns, gpu), runs each fuzz target for 10 s
 # (tests/fuzz, clang; skipped without it), runs the unit tests again under ASan+UBSan and

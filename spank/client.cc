@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // srun, sbatch and salloc (local and allocator contexts): validate the options before anything is
 // queued, and pin the image's tag to a digest once for the whole job, so every node runs the same
 // bytes and the registry sees one manifest request per job (docs/architecture.md, "The flow of

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // plugstack.conf arguments (see config.h): one table of keys, each with its parser.
 #include "config.h"
 

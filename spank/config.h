@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Site configuration: the `key=value` arguments after the plugin's path in plugstack.conf, parsed
 // from one table (kConfigKeys in config.cc); an unknown key is an error naming the key and the list
 // of known ones, so a typo never silently falls back to a default.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The SPANK entry points and nothing else: each one catches every exception (nothing may throw
 // through slurmstepd) and hands over to the file for its Slurm context. Only the symbols declared
 // here are exported (see spank_slipway.lds and the nm test).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Root cause of a failed launch (see dl_doctor.h).
 #include "dl_doctor.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The plugin's use of `slipway doctor` (launcher/dl/doctor.h): when a container cannot be started
 // or entered, the node's failed checks are added to the error the user sees, so that "cannot
 // create a user namespace" comes with its cause (e.g. user.max_user_namespaces=0) and its fix.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // --dl-explain (see dl_explain.h). One block per task, every line "slipway-explain: task R: ...",
 // so the blocks of many tasks stay apart when srun interleaves them.
 #include "dl_explain.h"

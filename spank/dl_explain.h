@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // --dl-explain: what one task would get (binds, environment, injected libraries, CPU affinity)
 // and why, printed on the task's standard output; then the task ends without running anything.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Seams between the container plumbing (remote_import.cc, remote_task.cc) and the deep-learning
 // wiring (dl_task.cc: GPUs by local rank, DL environment, host library injection, --dl-explain).
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Deep-learning wiring of a step (see dl_hooks.h): in user_init, the node-wide part (host library
 // injection with its checks, the GPU driver's libraries); in task_init, the task's part (its GPUs
 // by local rank, its DL environment, CPU affinity) and --dl-explain. The decisions are made by

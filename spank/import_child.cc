@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // import_as_user() and EuidRoot (see import_child.h). The child reports through a pipe in records
 // "<type><length>:<bytes>": P = a progress line, E = an error (errno then message), R = the image's
 // identity (ImportedImage::manifest_digest), after "1 " if it was cached, else "0 ".

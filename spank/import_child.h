@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Long work of user_init done outside slurmstepd's identity window. Slurm runs user_init with the
 // whole slurmstepd's effective uid set to the job user; meanwhile its other threads (the PMIx
 // server, authenticating peers through munge) act as that user and are refused

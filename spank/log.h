@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The plugin's one logging header: every line starts with "slipway: ". Levels
 // (docs/conventions.md, "Errors"): error = the step fails, user = a warning or progress line for
 // the user's terminal, info = what an admin wants in the slurmd log, verbose = what we ran,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // What the plugin remembers between SPANK callbacks of one process (srun, sbatch, salloc or one
 // slurmstepd): the site configuration, the job's options, and on a node the imported image or the
 // error to raise in task_init (Slurm does not report user_init failures to srun: bug 7573).

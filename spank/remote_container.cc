@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The node's container for one step (slurmstepd, user_init and exit): the Slurm side of the
 // container plan (launcher/options/container_plan.h) and of the holder that keeps the container
 // for the step's tasks. Named containers live under <runtime>/job-<id>/NAME (container_scope=job,

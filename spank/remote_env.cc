@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Typed wrappers over the SPANK item and environment calls (see remote_env.h).
 #include "remote_env.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Small typed wrappers over spank_get_item / spank_getenv for the remote (slurmstepd) context.
 #pragma once
 

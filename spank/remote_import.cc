@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // user_init on each node (slurmstepd, effective uid already the job user): import the step's image
 // into the node cache once, then start the node's container holder, which the step's tasks join in
 // task_init; or remember why not. Errors are kept for task_init because Slurm does not report

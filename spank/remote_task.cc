@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // task_init on each node (the task process, fully the job user, just before slurmstepd execs the
 // user's command): set the task's environment, join the node's container with a private view,
 // then lock privileges down. The command is looked up after this returns, so inside the image.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // copy_alias: does this CPU copy slowly when the destination is a few bytes ahead of the source
 // modulo 4096? The kernel's copies between user buffers and socket memory are `rep movsb` on
 // x86 (copy_user with FSRM/ERMS), and glibc's memcpy uses it too at these sizes. On the AMD EPYC

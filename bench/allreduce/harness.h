@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // bench/allreduce harness: one table in the nccl-tests layout (size, count, type, time, algbw,
 // busbw, wrong) per implementation, all measured in the same run under `mpirun`, plus a
 // STREAM-style copy bound. Each implementation is a small descriptor (impl_*.cc).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Descriptor: Gloo over its TCP transport (Debian libgloo-dev), full mesh connected through a
 // gloo::rendezvous::Store adapter on a libtrain TcpStore. The allreduce is gloo::allreduce() with
 // AllreduceOptions, as PyTorch's ProcessGroupGloo calls it for a dense CPU tensor (ring, 1 MiB

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Descriptor: libtrain's Communicator (shared memory in the node, TCP ring across nodes).
 // Rendezvous as a training job does it: through PMIx when the launcher provides it (srun
 // --mpi=pmix, mpirun; PMIx_Init is reference-counted, so it shares OpenMPI's client), else a

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Descriptor: OpenMPI's MPI_Allreduce (MPI_IN_PLACE, MPI_FLOAT, MPI_SUM) on MPI_COMM_WORLD.
 #include <mpi.h>
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // allreduce_bench: run under mpirun (e.g. `mpirun -np 2 allreduce_bench`). For each size from
 // --min to --max bytes (x4 steps by default) every implementation runs the same float32 sum in
 // place; the table prints nccl-tests columns per implementation, then ratios and the fraction

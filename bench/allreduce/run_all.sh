@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Runs every shape of bench/allreduce that issue 6 sets targets for, each several times, and
 # summarises each size by the median over runs of libtrain's busbw ratio to OpenMPI and to Gloo
 # (and the worst run's ratio): on a shared machine one run can land in a slow spell, and the

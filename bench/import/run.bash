@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Import benchmark (not a test): cold pull + unpack of a test image (default debian-python) from a
 # TLS docker-registry on 127.0.0.1 with a self-signed CA, into a fresh tmpfs each run, by
 #   slipway import             (this tree's build)
@@ -19,7 +21,7 @@ while (($#)); do
         --image) IMAGE=$2; shift 2 ;;
         --slipway) SLIPWAY=$(readlink -f "$2"); shift 2 ;;
         --keep) KEEP=1; shift ;;
-        *) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 2 ;;
+        *) sed -n '4,12s/^# \{0,1\}//p' "$0"; exit 2 ;;
     esac
 done
 [[ $EUID -eq 0 ]] || { echo "run.bash: run as root (tmpfs mounts, registry)" >&2; exit 1; }

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Per-task start cost of a container with a cached image, Slipway against its peers and the floor,
 # and what --container-image adds to an 8-task srun on 4 nodes (docs/performance.md).
 #
@@ -28,7 +30,7 @@ while (($#)); do
         --image) IMAGE=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
-        *) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 2 ;;
+        *) sed -n '4,13s/^# \{0,1\}//p' "$0"; exit 2 ;;
     esac
 done
 [[ $EUID -eq 0 ]] || die "run as root: it measures as $JOB_USER through setpriv"

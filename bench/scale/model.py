@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """bench/scale/model.py: from the per-node costs bench/scale/run.bash measured on the sandbox to
 100 and 1,000 nodes (issue 15, item 5). Prints, per mode, the origin registry's bytes per job start
 and the time until every node runs its task, for an image of --image-gb (15 GB by default).

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # bench/scale: time to the first and the last task of `srun -N N` in a ≥ 1 GB image, and what the
 # origin registry serves, for each way a cluster can get the image to its nodes (issue 15, item
 # 5): per-node pull, a pull-through mirror, a cache shared by the nodes, a prepared squashfs file on
@@ -25,7 +27,7 @@ while (($#)); do
         --image) IMAGE=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --max-copies) MAX_COPIES=$2; shift 2 ;;
-        *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+        *) sed -n '4,11p' "$0" >&2; exit 2 ;;
     esac
 done
 [[ $EUID == 0 ]] || { echo "run as root" >&2; exit 1; }

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # bench/squashfs: what a node pays to start from a squashfs image file (issue 15, item 1) when the
 # file is mounted (squashfuse_ll in the job's user namespace) against unpacked (sqfs2tar and the
 # layer unpack into the node cache, the fallback without FUSE), cold and warm. See README.md.

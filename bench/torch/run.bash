@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # bench/torch: time per PyTorch training step, DDP on Gloo against DDP on the "libtrain" backend
 # and libtrain.torch's DistributedOptimizer, for a communication-bound MLP and a compute-bound
 # ResNet-18, on sandbox shapes (nodes x tasks per node), in containers through the plugin.
@@ -48,7 +50,7 @@ while (($#)); do
         --env) EXTRA_ENV=$2; shift 2 ;;
         --comm-only) COMM_ONLY=--comm-only; shift ;;
         --setup) SETUP=1; shift ;;
-        *) sed -n '6,21s/^# \{0,1\}//p' "$0"; exit 2 ;;
+        *) sed -n '8,23s/^# \{0,1\}//p' "$0"; exit 2 ;;
     esac
 done
 [[ $EUID -eq 0 ]] || die "run as root (it drives the sandbox; the jobs run as $JOB_USER)"

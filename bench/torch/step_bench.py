@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Per-rank body of bench/torch: times the training steps of one model (a 25 M-parameter MLP or
 # ResNet-18) under each data-parallel mode asked for (DDP on Gloo, DDP on the "libtrain" backend,
 # libtrain.torch's DistributedOptimizer) and the same rank's compute-only steps, all in one

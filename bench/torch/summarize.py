@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Summarises a bench/torch run (run.bash --out DIR): per shape, model and mode the median step
 # time over rounds (and its range), the compute-only time, the exposed communication, and the
 # step-time ratios to DDP+Gloo of the same round; then the targets. Re-runnable:

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Pack directory trees into an OCI image layout, without Docker.
 
 Each --layer becomes one gzip-compressed tar layer, packed exactly as it is on

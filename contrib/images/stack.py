@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Stack one OCI image layout on another, reusing the base's blobs unchanged.
 
     stack.py layers BASE            print the paths of BASE's layer blobs, bottom first

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // `slipway images`, `slipway rm IMAGE...` and `slipway gc --keep SIZE`: the node cache as the user
 // sees it (cache.h does the work). The cache is $SLIPWAY_CACHE_DIR, else /var/tmp/slipway-<uid>,
 // the one the plugin uses on a node unless the site set cache_dir in plugstack.conf.

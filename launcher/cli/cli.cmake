@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # The `slipway` command.
 add_executable(slipway cli/main.cc cli/cli_common.cc cli/run.cc cli/run_step.cc cli/doctor.cc
   cli/cache_commands.cc)

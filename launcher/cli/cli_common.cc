@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Shared pieces of the `slipway` subcommands (see cli_common.h).
 #include "cli/cli_common.h"
 

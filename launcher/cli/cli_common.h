@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // What the `slipway` subcommands share: one-line errors on stderr, settings from the environment
 // (the module file sets them: SLIPWAY_CACHE_DIR, SLIPWAY_DEFAULT_REGISTRY, SLIPWAY_INSECURE_REGISTRIES,
 // SLIPWAY_CA_FILE), and importing an image reference into the node cache.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // `slipway doctor [--cache-dir=DIR] [--registry=HOST:PORT]... [--host-libs=SPEC]
 // [--slurm-plugin-dir=DIR] [--fabric-devices=LIST]`: checks this node for what Slipway needs
 // (launcher/dl/doctor.h) and prints one line per check, with the fix for each failure. Exit status

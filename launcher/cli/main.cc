@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // `slipway`: the user-facing command. Subcommands are one table (kCommands); each lives in its own
 // function and reports errors as one line "slipway: ..." on stderr with exit status 1 (2 for usage).
 // Settings come from the environment (SLIPWAY_CACHE_DIR, SLIPWAY_DEFAULT_REGISTRY,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // `slipway run [--container-*...] -- COMMAND`: the plugin's container without an admin install.
 // Options are the plugin's (launcher/options/job_options.h), with the same environment defaults.
 // Standalone, the container is this process's alone. Under srun (SLURM_STEP_ID set), the tasks of a

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // `slipway run` under srun: the node's step directory (see run_step.h).
 #include "cli/run_step.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // `slipway run` under srun: the node's directory for the step, <cache>/run/<node>-<job>.<step>/,
 // through which the tasks of a node share one container (run.cc). Its files:
 //   lock        flock(2), exclusive while a task joins, pins the image, counts itself finished, or

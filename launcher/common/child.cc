@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // spawn(), fork_child() and Child (see child.h).
 #include "common/child.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Child processes: every process Slipway forks starts here (the import, the holder, tools such as
 // mksquashfs and squashfuse_ll, the entrypoint, the save, the epilog's removal, a task's command).
 // One place decides what a child inherits and how the parent waits for it:

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Small file helpers (see file_util.h).
 #include "common/file_util.h"
 

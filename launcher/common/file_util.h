@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Small file helpers shared by the launcher: reading a whole small file with a size limit, by
 // default without following a symlink at its last component; replacing a small file atomically;
 // mkdir -p.

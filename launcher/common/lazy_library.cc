@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // LazyLibrary (see lazy_library.h): dlopen once, then dlsym.
 #include "common/lazy_library.h"
 

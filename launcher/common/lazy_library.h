@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // LazyLibrary: a shared library loaded with dlopen(3) the first time Slipway needs it, not at start.
 // libarchive (with libxml2 and ICU behind it) and libcrypto cost ~2 ms of dynamic linking to every
 // `slipway` start and every srun that loads the plugin, although a launch from a cached image uses

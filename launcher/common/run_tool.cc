@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // run_tool() (see run_tool.h).
 #include "common/run_tool.h"
 

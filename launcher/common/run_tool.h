@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Running a host tool as the calling user (sqfs2tar for squashfs images, docker or podman for
 // their stores): argv only (never a shell), stdin from /dev/null, stdout into a descriptor,
 // stderr kept for the error message, the size of what it writes bounded, a fixed environment.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Status helpers: errno formatting and context prefixes (see status.h).
 #include "status.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Status and Result: how launcher code reports failure without printing, exiting or throwing.
 // A Status carries one line meant for the user (what failed, and how to fix it) plus the errno that
 // caused it; callers add context with `context()` as the error travels up. The SLIPWAY_SYS family

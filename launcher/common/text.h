@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Splitting the comma lists of options, plugstack.conf keys and environment variables, and
 // writing byte counts for people: one implementation for the plugin, `slipway` and the launcher.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // UniqueFd: the move-only owner of a file descriptor; closes it when it goes out of scope.
 #pragma once
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Compatibility checks of injected host libraries against the image (see abi_checks.h). Each
 // failure is one line naming both sides' versions and the way out.
 #include "dl/abi_checks.h"

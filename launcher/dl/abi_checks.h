@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The checks run before host libraries are injected (host_libs.h): same soname major as the
 // image's copy; Sarus's MPICH-ABI rules; every symbol version the host libraries need from the
 // image's libraries (GLIBC_2.34 from libc.so.6, GLIBCXX_3.4.30 from libstdc++.so.6) defined there;

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The DL environment of a task (see dl_env.h).
 #include "dl/dl_env.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The distributed-training environment of one task (torch.distributed's env:// rendezvous and most
 // launchers read it): RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR (the
 // step's first node) and MASTER_PORT (a pure function of job and step id in a site range, so every

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Small shared vocabulary of the deep-learning wiring: a bind or a variable together with the
 // reason it is there, so that --dl-explain prints exactly what the launch does and why.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Node diagnosis (see doctor.h). Probes that change process state (unshare, mount, dlopen) run in
 // a child (common/child.h) that reports one status word and an errno through a pipe, so the caller (the
 // `slipway` command or slurmstepd's plugin) is never touched by them.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // `slipway doctor`: checks that a node can run Slipway's containers and says exactly what is
 // wrong and how to fix it. Also run by the plugin when a launch fails, to name the root cause.
 // Checks that need a kernel feature try it for real in a forked child (a user namespace, an

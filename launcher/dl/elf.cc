@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // ELF dynamic-section reader (see elf.h). The file is mapped read-only; every structure is fetched
 // through Image::at(), which refuses anything outside the mapping, so a truncated or malicious
 // library gives an error, never a crash. Addresses in the dynamic section are virtual: they are

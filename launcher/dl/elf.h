@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // What the deep-learning wiring needs to know about a shared library without loading it: its
 // soname, DT_NEEDED list, the symbol versions it needs from each dependency (GLIBC_2.34, ...), the
 // versions it defines, and the names it exports. Read from the ELF dynamic section (elf(5)); every

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // GPU selection and the binds and environment of a task's GPUs (see gpu.h).
 #include "dl/gpu.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // GPUs for one task: which of the node's NVIDIA GPUs the step holds (Slurm's GRES allocation, or
 // every GPU when the site does not use GRES), which of them a task gets by local rank, and what
 // the task's private mount namespace and environment need for exactly those. Pure functions of a

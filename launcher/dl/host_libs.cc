@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Host library sets, their dependency closure and their binds (see host_libs.h).
 #include "dl/host_libs.h"
 

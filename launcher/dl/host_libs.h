@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Host library injection: site-configured sets of host libraries (an MPI, NCCL and its net plugin,
 // libpmix, fabric libraries) bound read-only into the container with their dependency closure, and
 // put ahead of the image's copies. Before anything is bound, checks say whether the image can use

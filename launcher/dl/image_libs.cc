@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Libraries of an image root (see image_libs.h).
 #include "dl/image_libs.h"
 

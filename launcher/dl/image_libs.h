@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The shared libraries of an image root, found as its own dynamic loader would find them (its
 // ld.so.cache) plus a scan of the standard library directories (images built without ldconfig).
 // Files are opened with openat2(RESOLVE_IN_ROOT), so an image's absolute symlinks resolve inside

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // ld.so.cache reader (see ld_cache.h). Layout of glibc's new format (elf/cache.c, sysdeps
 // dl-cache.h): a 48-byte header "glibc-ld.so.cache1.1", nlibs, len_strings, flags, ...; then nlibs
 // 24-byte entries {int32 flags; uint32 key; uint32 value; uint32 osversion; uint64 hwcap}, key and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The dynamic loader's cache (/etc/ld.so.cache, written by ldconfig(8)): which file the loader
 // would map for a soname. Used on the host (to find the driver's and the injected libraries'
 // dependencies exactly as ld.so would) and on an image root (to find the image's own copies).

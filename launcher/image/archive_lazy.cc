@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The libarchive functions Slipway calls, forwarded to libarchive.so.13 loaded on first use
 // (common/lazy_library.h). Only layer unpack, local archive import and --container-save use
 // libarchive; each calls archive_library().load() first for a clear error.

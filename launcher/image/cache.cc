@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // NodeCache layout, ownership checks, tmp directories and flock-based locks (see cache.h).
 #include "image/cache.h"
 

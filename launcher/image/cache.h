@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The node cache: content-addressed blobs and unpacked images under one root owned by the user.
 //   <root>/blobs/sha256/<hex>              verified blobs (layers, configs)
 //   <root>/images/<manifest-hex>/          a published image: rootfs/, config.json, manifest.json,

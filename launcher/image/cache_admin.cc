@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Cache management behind `slipway images`, `slipway rm` and `slipway gc` (see cache.h): listing
 // with sizes and last use, the in-use lock a running step holds, removal by atomic unpublish
 // (rename into tmp/, then delete), LRU garbage collection and unreferenced-blob cleanup.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // curl_api(): dlopen libcurl.so.4 once and resolve the functions of CurlApi (see curl_api.h).
 #include "image/curl_api.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The libcurl functions Slipway uses, loaded with dlopen(3) on first use rather than linked: libcurl
 // brings some thirty libraries (Kerberos, LDAP, ICU, ...) that every `slipway` start, and every
 // srun through the plugin, would otherwise load although most never talk to a registry

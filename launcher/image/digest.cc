@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Streaming SHA-256 over OpenSSL's EVP interface (see digest.h), libcrypto loaded on first use
 // (common/lazy_library.h): a launch from the cache hashes nothing.
 #include "image/digest.h"

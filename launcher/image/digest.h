@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Sha256: streaming SHA-256 (OpenSSL EVP) used to verify blobs while they download or are read.
 // Digests are written the OCI way: "sha256:<64 lowercase hex>".
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Symlink-proof tree walking and removal (see fs_beneath.h). openat2(2) has been in Linux since
 // 5.6; on ENOSYS (old kernels, some seccomp profiles) the same guarantees come from an
 // O_NOFOLLOW walk, one component at a time.

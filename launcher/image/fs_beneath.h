@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // File-system helpers that never leave a directory tree: archive path cleaning, opening a
 // directory beneath a root fd without following any symlink (openat2 RESOLVE_BENEATH |
 // RESOLVE_NO_SYMLINKS, or a component-by-component O_NOFOLLOW walk on kernels without openat2),

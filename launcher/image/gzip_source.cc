@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // GzipSource (see gzip_source.h): a producer thread inflates the mmapped blob into a ring of
 // chunks; libarchive's read callback consumes them. Shutdown is cooperative: the destructor sets
 // stop_ and joins, so an early unpack error never leaves a thread behind.

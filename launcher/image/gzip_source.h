@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // GzipSource: feeds libarchive the inflated bytes of a gzip layer, inflated with ISA-L (igzip,
 // about 3-4x zlib's speed here) in a helper thread so inflating overlaps with writing files.
 // Multi-member gzip streams are handled; the gzip CRC and length trailers are verified.

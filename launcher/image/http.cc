@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libcurl wrapper behind HttpClient (see http.h). One easy handle per client; curl_easy_reset
 // between requests keeps the connection and DNS caches, so a pull reuses one TCP/TLS connection.
 #include "image/http.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // HttpClient: a thin owner of one libcurl easy handle (connections are reused across requests).
 // It knows nothing about registries: it performs one request, streams a 2xx body into a sink and
 // reports transport failures as a Status with a hint whether retrying could help.

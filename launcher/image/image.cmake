@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Image import sources (owned by the image work): references, registry client, layer unpack,
 # node cache and the import orchestration. ISA-L inflates gzip layers (see gzip_source.h).
 pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)

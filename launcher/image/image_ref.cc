@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Parsing and printing of image references (see image_ref.h for the grammar). Pure string work
 // except for the working directory lookup that makes relative local paths absolute.
 #include "image/image_ref.h"

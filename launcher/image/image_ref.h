@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // ImageRef: an image reference as users write it (`ubuntu`, `host:5000/a/b:t@sha256:...`,
 // `docker://...`, `./img.tar`, an OCI layout directory), parsed and normalised the way Docker does.
 // The grammar is documented at parse_image_ref() below and in man/slipway.1.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // import_image() for registry images: cache look-up without a lock, then under the image's lock:
 // the manifest (handed off by srun, or fetched), the config, the layer blobs (a pool of fetchers,
 // each blob under its own lock, verified, renamed into blobs/) and the unpack and publish of

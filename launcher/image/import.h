@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // import_image(): brings an image into the node cache (download missing blobs, unpack layers,
 // publish atomically) or finds it there, and returns its rootfs and runtime config. Safe under
 // any number of concurrent importers: one does the work, the others wait on its lock and reuse it.

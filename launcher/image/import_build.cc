@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // build_and_publish() and its helpers (see import_build.h). Layers are fetched by a small pool of
 // threads while the calling thread unpacks them in order: layer i is unpacked as soon as it is in
 // blobs/, while layers i+1.. still download, so a pull costs about max(download, unpack), not the

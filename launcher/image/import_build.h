@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The source-independent half of an import, shared by registry images (import.cc) and local
 // archives and layouts (import_local.cc): once the manifest and config are known and verified,
 // make the layer blobs present in blobs/ (a bounded pool of fetchers, concurrent with unpacking),

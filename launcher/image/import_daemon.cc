@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // import_image() for dockerd://NAME and podman://NAME (enroot's schemes, which pyxis passes on):
 // the image is exported from the node's Docker daemon or the user's rootless Podman store with
 // `docker save` / `podman save --format docker-archive`, run as the calling user, into an unnamed

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // import_image() for local images, read as the calling user: OCI layout directories, and OCI
 // archives and docker-archives (tar, optionally gzip or zstd compressed) as `skopeo copy` writes
 // them. An archive is read twice at most: once for its small files (index.json, manifest.json,

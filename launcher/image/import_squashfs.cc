@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // import_image() for squashfs files, enroot's image format: what pyxis users have on disk (from
 // `enroot import` or pyxis's own --container-save). The file is turned into a one-layer OCI image
 // and imported like any other, so the layer goes through the same hostile-input unpack

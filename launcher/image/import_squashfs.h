@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Squashfs images (enroot's format, which pyxis users have on disk): imported as a one-layer OCI
 // image through sqfs2tar and the ordinary layer unpack (see import_squashfs.cc).
 #pragma once

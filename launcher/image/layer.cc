@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // apply_layer(): libarchive reads the layer; every entry is written by hand with *at() calls
 // relative to directory fds obtained by open_dir_beneath(), so no path is ever resolved through a
 // symlink. See layer.h for the rules; OCI image-spec layer.md for whiteouts.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Layer unpack: applies one OCI layer (a tar, uncompressed or gzip/zstd compressed) onto a rootfs
 // directory with the OCI changeset rules (whiteouts, opaque directories) and with every entry
 // treated as hostile: nothing is ever written outside the root or through a symlink.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Manifest, index and image-config parsing with nlohmann::json (exceptions are caught here and
 // turned into Status: library code never throws on bad input).
 #include "image/manifest.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // OCI / Docker v2 manifest, index (manifest list) and image-config parsing. Pure functions over the
 // JSON bytes so they can be unit-tested without a registry; every field is validated (digests,
 // sizes, media types) because manifests are hostile input.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Base64 encoding of the manifest hand-off (see manifest_handoff.h).
 #include "image/manifest_handoff.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The manifest hand-off: srun resolves an image's tag once per job and passes the manifest bytes
 // to every node in the job environment (base64), so nodes need no manifest request at all. A node
 // trusts the bytes only if their sha256 is the pinned digest (import_image checks it).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The OCI documents Slipway writes (see oci_writer.h).
 #include "image/oci_writer.h"
 

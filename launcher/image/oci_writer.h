@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The OCI image-spec documents Slipway writes (image-spec manifest.md, config.md,
 // image-index.md), in one place with one table of media types: the manifest and index of a
 // --container-save archive (image/snapshot.h) and the manifest and config of a squashfs file

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // RegistryClient (see registry.h): the request loop with auth and retries, manifest and blob
 // fetches. Protocol: https://distribution.github.io/distribution/spec/api/ and the token spec
 // (https://distribution.github.io/distribution/spec/auth/token/).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Registry client: Docker Registry HTTP API v2 over libcurl, with anonymous, Basic and Bearer-token
 // auth, retries with back-off on 429/5xx/timeouts, and blobs verified (size and sha256) while they
 // stream. Every error is one line naming the image, the registry, the cause and the fix.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // WWW-Authenticate parsing, token answers and the credentials file (see registry_auth.h).
 #include "image/registry_auth.h"
 

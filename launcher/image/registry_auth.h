@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Registry authentication pieces that need no network: the WWW-Authenticate challenge parser
 // (RFC 7235 auth-params, as registries send them), the token server's JSON answer, and the
 // netrc-style credentials file ("machine HOST login USER password PASS", one or more per file,

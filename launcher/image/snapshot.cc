@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // save_snapshot() (snapshot.h) in three steps. (1) The overlay's upper directory is walked with
 // *at() calls that never follow a symlink and written as a pax tar, hashed as it is written (the
 // diff_id) and gzipped by ISA-L into an unlinked scratch file. (2) The cached image's manifest and

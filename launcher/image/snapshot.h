@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // save_snapshot(): `--container-save=PATH`. Writes a container's filesystem (the cached image plus
 // the overlay's upper directory) as an OCI archive that `skopeo copy oci-archive:PATH ...`, umoci
 // and Slipway's own importer accept: the image's layer blobs unchanged, one new gzip layer made

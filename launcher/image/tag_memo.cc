@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Tags resolved without a pull (see tag_memo.h). The memo: "NAMED\nDIGEST\n" and the manifest's
 // bytes, written atomically; read only from a cache the user owns (NodeCache::is_trusted).
 #include "image/tag_memo.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Tags resolved without a pull: the node cache remembers, per image reference, the digest the tag
 // named and the image manifest it led to (<cache>/tags/<sha256 of the reference>). The next
 // resolution asks the registry with HEAD only; when the registry names the same digest, the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The instance directories of containers shared by steps (see container_instances.h).
 #include "options/container_instances.h"
 

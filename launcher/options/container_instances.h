@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Running instances of a container on a node, so that later steps can share it as pyxis's do: a
 // step that starts (or joins) a container records its holder in the container's instance
 // directory (<scope>/NAME.run/ for a named container, <job scope>/<job>.<step>.run/ for an unnamed

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The container plan (see container_plan.h): options and site defaults to a LaunchSpec, and named
 // containers' directories, locks and image records.
 #include "options/container_plan.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // From job options to a container: the LaunchSpec of a node's container (binds, home, mounts,
 // namespaces, writable or named), and the directories of named containers. Shared by the SPANK
 // plugin and `slipway run`, so both build the same container from the same options.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // --container-entrypoint (see entrypoint.h).
 #include "options/entrypoint.h"
 

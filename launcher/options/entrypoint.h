@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // --container-entrypoint for the plugin and `slipway run` alike: the image's entrypoint runs once
 // per node's container, before the tasks, with the image's Env and the --container-env names; it
 // ends by exec'ing a shell that hands its environment back through fd 3 (entrypoints end with

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The option table and the validation of each option's value (see options.h).
 #include "options/job_options.h"
 

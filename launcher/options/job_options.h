@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The container options of a job, shared by the SPANK plugin (srun, sbatch, salloc) and
 // `slipway run`, as one declarative table: SPANK registration, --help text, environment defaults
 // (SLIPWAY_CONTAINER_*, PYXIS_CONTAINER_*) and the man page check all come from option_table()

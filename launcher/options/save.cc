@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // --container-save (see save.h). The squashfs file is made in a child that joins the holder's user
 // and mount namespaces and, in a private copy of the latter, sees the container's overlay root
 // alone (a clone of that one mount, without /proc, /dev, binds or other submounts), which

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // --container-save=PATH, for the plugin and `slipway run` alike: the container's filesystem (the
 // cached image plus its changes) as an OCI archive (image/snapshot.h), or, for a PATH ending in .sqsh
 // (what pyxis writes and --container-image takes back), as a squashfs file made by mksquashfs from

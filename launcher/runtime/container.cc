@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Building and entering containers (see container.h). The steps, in order:
 // 1. build_container(): a new user namespace with a one-id map (the job's uid/gid, or 0 with remap_root) and a new mount
 //    namespace (unshare(2)); one mapped id is enough because the image files were unpacked by the

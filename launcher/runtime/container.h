@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Containers: one per node per job step, shared by the step's tasks on that node (so MPI and NCCL
 // shared memory and cross-memory attach work between them), with a private view per task.
 //   build_container()  the calling process creates the user + mount namespace and the root (an

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The holder of a node's container (see container.h): a child of the caller (common/child.h) that
 // is the job user entirely, closes every inherited descriptor (a child that keeps slurmstepd's
 // descriptors keeps the step alive: docs/platform.md, "SPANK callbacks"), builds the container,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // LaunchSpec: everything the runtime needs to put a process into a container, as plain data.
 // The SPANK plugin and the `slipway` command fill it from their options; the runtime knows nothing of
 // Slurm (docs/architecture.md: launcher/ knows nothing of Slurm).

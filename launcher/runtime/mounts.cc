@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Mount helpers (see mounts.h). Every path inside the container root is resolved with openat2(2)
 // RESOLVE_IN_ROOT so that a symlink planted in the image ("/home -> /etc") resolves inside the root
 // instead of escaping to the host, and mounts target the resolved inode through /proc/self/fd.

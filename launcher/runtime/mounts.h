@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Mount helpers for building a container root: safe creation of mount points inside a root that the
 // image controls (no symlink may lead outside it), bind mounts by file descriptor, and recursive
 // read-only / nosuid / nodev flags with mount_setattr(2).

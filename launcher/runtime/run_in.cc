@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // run_in_container() (see run_in.h): a child (common/child.h) that is the user keeps only its
 // pipes, joins the container and execs; the parent collects its output and fd 3 until it exits or
 // the time limit passes.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Running one command inside a node's container from outside it (slurmstepd or `slipway`), with a
 // time limit, its output captured, and an extra pipe on its fd 3: how the image's entrypoint runs
 // once per node (--container-entrypoint) and hands back the environment it exported.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // compile_fake_root_filter() and install_seccomp() (see seccomp.h). With libseccomp every listed
 // call answers 0 without doing anything (SCMP_ACT_ERRNO(0)); mknod/mknodat only for character and
 // block devices, so FIFOs and regular files are still created for real. seccomp_export_bpf() writes

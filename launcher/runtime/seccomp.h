@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The seccomp filter installed in every container, as pyxis does (with --container-remap-root or
 // not): calls only a real root may make (the chown family, set*id, setgroups, capset, mknod of
 // device nodes) succeed as no-ops, so package managers (apt, dnf, pip installing setuid helpers)

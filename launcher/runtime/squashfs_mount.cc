@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // mount_squashfs() and squashfs_mount_unavailable() (see squashfs_mount.h).
 #include "runtime/squashfs_mount.h"
 

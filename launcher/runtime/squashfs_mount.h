@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Squashfs images mounted instead of unpacked (issue 15): `--container-image=FILE.sqsh` (enroot's
 // files and ours) becomes the overlay's lower layer through squashfuse_ll, inside the container's
 // own user and mount namespaces, so a node starts a container without writing the image out.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // A step's container on one node, for both edges (see step.h).
 #include "step/step.h"
 

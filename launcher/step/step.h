@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The life of a step's container on one node, once, for both edges that drive it: the plugin
 // (spank/: Slurm's callbacks in slurmstepd) and `slipway run` (cli/: the command line and the
 // SLURM_* variables). An edge translates its context into these calls and does only what is its

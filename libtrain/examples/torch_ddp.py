@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Plain PyTorch DistributedDataParallel, on Gloo or on libtrain's torch.distributed backend.
 
     srun -N4 --ntasks-per-node=2 --container-image=<torch> python3 torch_ddp.py --backend gloo

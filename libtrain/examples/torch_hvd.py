@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """A Horovod PyTorch script for Fashion-MNIST, on libtrain: only the import line differs.
 
     srun --mpi=pmix -N4 -n8 --container-image=<torch> python3 torch_hvd.py --epochs 3

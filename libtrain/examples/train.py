@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Data-parallel numpy MLP on Fashion-MNIST with libtrain.
 
     srun --mpi=pmix -N4 -n8 --container-image=<demo> python3 /usr/share/libtrain/examples/train.py

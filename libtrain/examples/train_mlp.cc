@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // C++ data-parallel trainer: a 784-hidden-10 MLP on Fashion-MNIST with libtrain. Each rank
 // takes its share of every global batch, GradientReducer averages the gradients, rank 0
 // reports test accuracy. Usage (FASHION_MNIST=dir overrides the data folder):

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Shared by the two halves of the libtrain._libtrain module: module.cc (numpy arrays, the
 // process-wide world) and tensor_bindings.cc (raw-address collectives on any communicator, which
 // libtrain.torch drives with tensors' data pointers).

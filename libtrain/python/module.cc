@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // pybind11 module libtrain._libtrain: numpy bindings of the training API. Collectives release
 // the GIL; in-place forms need C-contiguous writeable arrays. The Python-level conveniences
 // (DistributedOptimizer, SGD, checkpoints) live in libtrain/__init__.py on top of these; the

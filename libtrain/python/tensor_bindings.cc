@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Raw-address collectives for libtrain.torch: a Communicator class (the world, or one built on any
 // Python key-value store such as a torch.distributed Store) whose collectives take a buffer's
 // address, element count and dtype name, plus an owner object kept alive until the collective is

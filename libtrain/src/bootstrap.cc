@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Bootstrap selection and the three bootstraps. The environment variables are the ones srun,
 // torchrun and Slipway's SPANK plugin set (docs/architecture.md, "The flow of one job step").
 #include "libtrain/bootstrap.h"

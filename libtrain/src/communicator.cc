@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Communicator front end: option parsing, the background worker that runs collectives in call
 // order (so async handles overlap communication with computation), and timeline records.
 #include "libtrain/communicator.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Engine: topology discovery through the store, transport setup, and the collectives composed
 // from the node's shared memory (ShmGroup) and the leaders' ring (TcpRing). Broadcast and
 // allgather across nodes reuse the allreduce path with a bitwise OR over bytes (non-contributors

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Communicator::Engine: the synchronous, hierarchical collectives (shared memory in the node,
 // TCP ring between node leaders) and the failure state. Runs only on the worker thread.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The environment parser of env.h: whole numbers digit by digit (strtoull would take a sign, leading
 // spaces and wrap "-1" around), seconds through strtod after a character check, and the error
 // message both share.

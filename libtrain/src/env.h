@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libtrain's one reader of environment settings (LIBTRAIN_*, and RANK / WORLD_SIZE / MASTER_* of
 // the env bootstrap). Every variable is read the same way: unset or empty means its default; a
 // number is plain decimal (no sign, space, suffix or hex) within the variable's bounds; anything

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // NcclCommunicator on NCCL 2.x: rank 0's ncclGetUniqueId goes through the store under
 // "nccl/id/0"; every call checks its status and turns NCCL/CUDA errors into libtrain errors.
 #include "libtrain/nccl.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // describe(): the op header in words, for the MismatchError of either transport.
 #include "op_header.h"
 

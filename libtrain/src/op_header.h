@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The op header: what a rank says it is about to do, which every rank of a collective must agree
 // on. Both transports carry it (ShmGroup through its segment, TcpRing ahead of its first message)
 // and describe() words it for MismatchError; it is the one type they share, kept here so that

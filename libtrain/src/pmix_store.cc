@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // PmixStore on the PMIx 4 client API. Values travel as PMIX_BYTE_OBJECT; job facts (size,
 // local rank and size, hostname) come from the reserved keys the server (slurmd's mpi/pmix or
 // OpenMPI's prte/orted) provides. See pmix_store.h for the key convention.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The node's collectives over ShmGroup's segment: allreduce through the slots (one or two
 // barriers per chunk) or by cross-memory attach, broadcast and allgather.
 // Slot reuse: chunk c writes buffer c%2 only after passing the first barrier of chunk c-1, which

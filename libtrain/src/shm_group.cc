@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The node's shared-memory segment: creation, attachment, the barrier every collective is built
 // from, op-header agreement, failure propagation and the CMA probe (the algorithms are in
 // shm_collectives.cc). Waits spin briefly, then sleep on a futex in the segment (FUTEX_WAIT on

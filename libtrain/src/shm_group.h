@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // ShmGroup: the ranks of one node and the shared-memory segment they use for collectives.
 // One POSIX shm segment per communicator: a header (barrier, abort flag, per-rank op headers,
 // pids, CPU masks, buffer addresses) and per rank two slots (double buffering lets chunk k+1

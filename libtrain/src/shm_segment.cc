@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // ShmSegment: shm_open, size, mmap, and the undoing of each when a later step fails. The name is
 // owned as soon as shm_open has created it, so a failed ftruncate or mmap unlinks it again.
 #include "shm_segment.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // ShmSegment: one POSIX shared-memory object (shm_overview(7)) mapped into this process, owned
 // like a file descriptor. The rank that creates the name owns it and unlinks it when the segment
 // goes, so a ShmGroup constructor that throws after shm_open leaves nothing in /dev/shm; a rank

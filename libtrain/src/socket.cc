@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // TCP helpers: every wait is a poll() bounded by the caller's deadline, every failure a typed
 // exception naming the peer (errors.md). Sockets are non-blocking with TCP_NODELAY.
 #include "socket.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // TCP plumbing shared by TcpStore and the TCP ring: a move-only fd owner, listen/connect with
 // deadlines, and full-duplex transfers that never block past the deadline (poll-driven).
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // InMemoryStore and the helpers every Store shares (wait, barrier, byte conversions).
 #include "libtrain/store.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // TcpRing setup (address exchange through the store, a hello/ack handshake that rejects strays)
 // and the pipelined ring allreduce.
 #include "tcp_ring.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // TcpRing: the node leaders' ring across nodes. Each member connects to the next and accepts
 // from the previous; allreduce is reduce-scatter then allgather (each member sends and receives
 // 2(n-1)/n of the buffer) as one stream each way: each chunk is reduced as soon as it has

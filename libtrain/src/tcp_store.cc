@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // TcpStore: a tiny request/response protocol over TCP. Request: op(1) keylen(4) key
 // payloadlen(4) payload. Response: status(1) len(4) value. get() polls the server (the server
 // never blocks on a missing key), so one slow key cannot stall other ranks' requests. Lengths

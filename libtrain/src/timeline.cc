@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Timeline writer: one JSON object per line so a trace cut short by a crash is still readable
 // after appending "]". Timestamps are microseconds since the Timeline was created.
 #include "libtrain/timeline.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Process-wide state behind the training API, gradient fusion, and the rank-0 helpers.
 #include "libtrain/training.h"
 

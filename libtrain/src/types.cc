@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Reduction kernels and dtype helpers. Kernels work block by block so the output block stays in
 // L1 while every input streams through once; float16/bfloat16 are widened to float32 per block.
 #include "libtrain/types.h"

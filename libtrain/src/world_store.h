@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // WorldStore: the world's rendezvous once the world exists (training.cc), so that the bootstrap's
 // store is needed only during init(). get() is a broadcast of rank 0's set() value over the
 // communicator: every rank must get() the same keys in the same order, as NcclCommunicator's

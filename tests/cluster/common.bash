@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Helpers for Slipway's cluster integration tests, sourced by tests/cluster/run.bash
 # before each test_*.bash file.
 #

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Shared setup of the test_dl_*.bash files (issue 5): the sandbox with the plugin configured with
 # the host library sets these tests use: the host's OpenMPI (mpi), NCCL from /usr/local/cuda (nccl).
 readonly DL_HOST_LIBS='host_libs=mpi:libmpi.so.40;nccl:libnccl.so.2'

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 /* dl-mpi-probe: an OpenMPI program for test_dl_host_libs.bash. Prints its rank, the world size and
    the file libmpi was mapped from (/proc/self/maps): the proof of which libmpi a task loaded. */
 #include <mpi.h>

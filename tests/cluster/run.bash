@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Run Slipway's cluster integration tests: run.bash [-f REGEX] FILE...
 #
 # Each FILE (tests/cluster/test_*.bash) defines functions test_*; they run in
@@ -66,7 +68,7 @@ run_file() {
 
 main() {
     if [[ ${1:-} == -f ]]; then filter=$2; shift 2; fi
-    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '2,8s/^# \{0,1\}//p' "$0"; exit 2; }
+    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '4,10s/^# \{0,1\}//p' "$0"; exit 2; }
     TALLY=$(mktemp)
     export TALLY
     local file

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Cache upkeep never races an import (issue 16, item 1), under load: for a bounded time, the 8
 # tasks of an srun -N4 loop over slipway import, run, rm and gc --keep 0 on three images in one
 # cache directory that all four nodes share (the user's home), so every kind of operation meets

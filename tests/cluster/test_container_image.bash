@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-image on the sandbox (issue 2): every task of srun, of a batch script's steps and of
 # salloc's steps runs inside the image pulled from the registry, as the job user; a wrong image
 # fails at submission, fast, with one line naming the image and the registry. Also pyxis's forms:

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # `slipway doctor` (issue 5) on a sandbox node, as the job user: the sandbox's known state (user
 # namespaces and overlayfs work, the registry answers, mpi/pmix and libpmix.so are installed, no
 # GPUs, the configured host libraries load), and the diagnosis when user namespaces are off.

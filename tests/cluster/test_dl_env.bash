@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # DL environment (issue 5): every task of a containerized step gets RANK, LOCAL_RANK, WORLD_SIZE,
 # LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR (the step's first node) and MASTER_PORT (the same for
 # every task of a step, in the site's range), on 4 nodes x 2 tasks.

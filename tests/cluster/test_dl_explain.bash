@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --dl-explain (issue 5): each task prints what it would get and why, for the sandbox's known
 # state (no GPUs, the host's OpenMPI in set 'mpi'), and nothing of the command runs.
 source "$(dirname "${BASH_SOURCE[0]}")/dl_common.bash"

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Host library injection (issue 5): the host's OpenMPI runs an MPI program inside debian-python
 # (shown from /proc/self/maps), an image whose libmpi has MPICH's soname refuses it with one line
 # naming both, and a program linked against libnccl in an image loads the host's NCCL (from

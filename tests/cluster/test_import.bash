@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Image import on the sandbox (issue 3): one manifest request per job and each blob once per node
 # (counted in the registry's access log), nothing fetched by a second job, the OCI whiteout rules
 # (the node's cached rootfs compared file by file with the expected tree), recovery from kill -9

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # The import runs outside slurmstepd's identity window (spank/import_child.h): while a node imports
 # an image in user_init, slurmstepd itself stays root (its PMIx thread authenticates peers through
 # munge; as the job user it is refused and a fence elsewhere can hang). The job user's child does

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # libtrain on the sandbox (issue 6), in the `demo` image: the Python and C++ Fashion-MNIST
 # trainers on 8 ranks over 4 nodes (srun --mpi=pmix, PMIx bootstrap, shared memory in the node,
 # TCP across) reach the accuracy of one process with the same global batch and epochs; a rank

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # The life of a node's container on the sandbox: named containers persist across the steps of a
 # job and the job epilog removes them; writes (writable or named) never reach the image cache; one
 # slipway-holder per node per step; after scancel of a step or a job nothing is left on any node

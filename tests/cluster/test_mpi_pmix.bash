@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # MPI and PMIx through the container on the sandbox, with no mpirun: an OpenMPI program in
 # `debian-python` runs MPI_Allreduce over 4 nodes x 2 tasks under srun --mpi=pmix; the two ranks of
 # a node share memory (vader) with cross-memory attach forced, which OpenMPI refuses unless they

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Bad container options fail at submission, in srun, sbatch and salloc alike: before anything is
 # queued, fast, with exactly one `slipway:` line that names the option and says how to fix it
 # (Slurm adds its own "Invalid ... argument" or "plugin ... failed" line, which we do not control).

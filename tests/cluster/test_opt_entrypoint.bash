@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-entrypoint / --no-container-entrypoint / --container-entrypoint-log (issue 4): the
 # image's entrypoint runs once per node before the tasks, with the image's environment and the
 # --container-env names of the job's (as pyxis), not the rest of the job's; what it exports reaches

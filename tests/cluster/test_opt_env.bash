@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-env=NAME[,...] and the environment precedence of spank_slipway(8), ENVIRONMENT, on the
 # sandbox with the `busybox-env` image (Env: FOO=image BAR=image ONLY_IMAGE=image and per-task
 # variables set to 99): the image's Env overrides the job's, --container-env keeps the job's

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Environment defaults on the sandbox: SLIPWAY_CONTAINER_* and, for pyxis job scripts,
 # PYXIS_CONTAINER_* work as the options do; a command-line option (or its --no- twin) beats the
 # environment, SLIPWAY_ beats PYXIS_, and a bad value fails at submission naming the variable.

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-mount-home / --no-container-mount-home on the sandbox: the job user's home directory
 # is bound into the container (the default) or not. srun, #SBATCH, salloc.
 

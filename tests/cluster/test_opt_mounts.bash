@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-mounts=SRC[:DST[:FLAGS]][,...] on the sandbox: host directories bound into the
 # container on every node, read-write unless `ro`, always nosuid,nodev (noexec on request, flags
 # joined by '+' as in pyxis), DST defaulting to SRC, a

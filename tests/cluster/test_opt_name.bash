@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-name=NAME[:create|exec|no_exec|auto] on the sandbox, with pyxis's meanings: auto
 # joins the running container (srun --overlap) or starts it; exec joins a running one and fails
 # without one; no_exec starts a new instance of the same root; create fails if NAME exists; an

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-remap-root / --no-container-remap-root on the sandbox: uid and gid 0 inside (the job
 # user outside), and the calls only a real root may make (chown family, set*id, setgroups, mknod of
 # devices) succeed without effect through the seccomp filter (in every container, as pyxis);

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-save=PATH (issue 4): when the step ends, its first node saves the container's
 # filesystem (image + changes, deletions included) as an OCI archive that --container-image accepts,
 # or as squashfs for a PATH ending in .sqsh, as pyxis. A directory target is refused before the job

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # plugstack key sbatch_support (issue 4): with 1, `#SBATCH --container-image` runs the batch
 # script itself in the container, as pyxis does; with 0 (the default) it runs on the node and only
 # its srun steps are containerized (that case: test_container_image.bash).

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-unshare=net,ipc,uts on the sandbox: the node's container gets its own network (only
 # a loopback, up), IPC or UTS (host name kept) namespace, shared by the tasks of the node; without
 # the option the container keeps the node's. srun, #SBATCH, salloc.

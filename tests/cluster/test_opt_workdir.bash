@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-workdir=PATH on the sandbox: every task of every node starts in PATH inside the
 # container; by default in the image's WorkingDir (as pyxis), or for an image without one in the
 # submission directory, bound in when home and /tmp do not cover it; a PATH missing from the image

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # --container-writable / --container-readonly on the sandbox: a writable root is an overlay with a
 # tmpfs upper that ends with the step (the cached image is never modified: test_lifecycle.bash
 # compares it), shared by the tasks of a node; read-only is the default. srun, #SBATCH, salloc.

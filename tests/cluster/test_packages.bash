@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # The Debian packages (contrib/make-debs.sh) as a site runs them: installed with apt, the sandbox
 # brought up from them (plugin loaded from /usr/lib/x86_64-linux-gnu/slurm-wlm), a containerized
 # step, `slipway run` from PATH, the packaged Python module and man pages; then purged, leaving no

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # pyxis behaviours job scripts rely on (pyxis's README and wiki as the reference), through srun,
 # #SBATCH and salloc: terminals inside the container, the seccomp filter in every container, apt
 # under --container-remap-root from a local repository, home at /root with remap-root, relative

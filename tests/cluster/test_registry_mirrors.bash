@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # registry_mirrors=REGISTRY=MIRROR (plugstack.conf) and SLIPWAY_REGISTRY_MIRRORS (slipway): a
 # pull-through docker-registry in front of the sandbox registry serves the nodes' manifests and
 # blobs, digests verified as always; once it holds an image, a 4-node job costs the origin no blob

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Tests of contrib/sandbox/slipway-sandbox itself: up (idempotent, fast),
 # the nodes it makes, exec, the registry and test images, and down (leaves
 # nothing behind). Run: tests/cluster/run.bash tests/cluster/test_sandbox.bash

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # One cache directory that every node sees (issue 15: the plugin's cache_dir= on a site's NFS or
 # Lustre scratch, SLIPWAY_CACHE_DIR for `slipway run`): here a directory of the host outside the
 # nodes' own /tmp and /var/tmp, so the sandbox's nodes share it as real nodes share a network

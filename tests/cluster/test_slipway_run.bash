@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # `slipway run` (issue 4): the plugin's container with no admin install, standalone and as the
 # tasks of an srun, where the tasks of a node share one container and nothing outlives the step;
 # --container-entrypoint runs once per node and --container-save saves on the first node, as

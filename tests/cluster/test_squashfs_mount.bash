@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Squashfs images are mounted, never unpacked (issue 15, item 1): --container-image=FILE.sqsh
 # becomes the overlay's lower layer through squashfuse_ll inside the job's own user namespace,
 # through the plugin and through `slipway run`; the files are the user's (or root's, remapped) as

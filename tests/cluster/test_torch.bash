@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # PyTorch on the sandbox (issue 14), in the `torch` image, 4 nodes x 2 tasks, each case through the
 # plugin (srun --container-image) and through `slipway run` under srun: plain DDP on Gloo and on
 # the libtrain backend from env:// ends with bitwise identical weights on all 8 ranks; a Horovod

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Shared main() for Check unit tests: runs one suite and exits 0 only when every test passed.
 // Each test file defines `Suite* make_suite(void)` and includes this header once.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // ck_assert_str_eq for C++ tests. Check's own macro keeps only the `const char*` of each operand,
 // in a local declared by the macro, so `ck_assert_str_eq(f().message().c_str(), "x")` compared
 // the bytes of a temporary already destroyed (ASan: stack-use-after-scope in test_status,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Scratch directories for unit tests: a fresh directory under /tmp, removed with everything in it
 // when the test process exits. Check runs each test in its own child, which leaves through
 // exit(3) whether the test passed or failed, so nothing is left behind either way.

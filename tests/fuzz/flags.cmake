@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Compile flags of the fuzz build (SLIPWAY_FUZZ=ON, clang only; tests/fuzz/run.sh configures it):
 # every Slipway target gets libFuzzer's coverage instrumentation plus ASan and UBSan, so the
 # production code the targets call is what is instrumented. Included before the libraries.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: parse_image_ref (launcher/image/image_ref.h) on arbitrary text, as a user or a
 // job script writes --container-image. Besides the sanitizers it checks that a registry reference
 // that parsed prints (str()) as a reference that parses again to the same canonical text.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Small helpers shared by the fuzz targets: the input as a string_view, and the input cut into
 // fields at a separator byte (for targets whose production function takes several strings, such as
 // option values or plugstack.conf arguments).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: apply_layer (launcher/image/layer.h) on arbitrary bytes as a layer blob (tar,
 // gzip or zstd, libarchive detects which), read from a memfd and unpacked into a fresh directory
 // per input. Beyond the sanitizers it checks what docs/security.md promises of hostile layers:

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: libtrain's bytes from peers. The first 64 bytes are a TCP ring op header
 // (tcp_ring.h WireHeader) described as check_header() does when ranks disagree; byte 64 picks a
 // side of the TcpStore protocol (tcp_store.cc) and the rest is what a hostile peer sends there:

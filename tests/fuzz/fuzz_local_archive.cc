@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: the reader of local image archives (launcher/image/import_local.cc) through
 // read_local_archive, on the input as the archive file, from a memfd: libarchive's tar reader
 // (gzip and zstd too), then index.json, nested indexes, manifests and configs of an OCI archive,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: the manifest, index and image-config parsers (launcher/image/manifest.h) on
 // arbitrary bytes, as a registry or an OCI layout sends them. The first byte picks the
 // Content-Type the body is said to have; the rest is the body given to every parser.

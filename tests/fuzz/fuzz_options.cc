@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: the job's container options as srun, sbatch and `slipway run` take them
 // (launcher/options/job_options.h). The input is lines "N VALUE": option N of option_table() (N
 // taken modulo its size; a line without a space is a flag) applied in order, then

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: the SPANK plugin's plugstack.conf arguments (spank/config.h,
 // parse_plugin_args), linked from the plugin's own static core library. The input is the
 // argument list, one argument per line, as slurmd hands it to slurm_spank_init.

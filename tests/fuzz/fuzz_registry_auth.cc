@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: what a registry and its token server send before any image byte
 // (launcher/image/registry_auth.h): the WWW-Authenticate challenge, the token server's JSON
 // answer, and the netrc-style credentials file a user writes. Each parser gets the whole input.

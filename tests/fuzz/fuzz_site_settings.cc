@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: the site settings a plugstack.conf key or a SLIPWAY_* variable carries as
 // text: registry mirror lists (parse_registry_mirrors), sizes (parse_size), import bounds
 // (parse_import_bound) and registry transfer limits (parse_registry_limit). Each gets the input.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libFuzzer target: the parts of the squashfs reader (launcher/image/import_squashfs.h) that read
 // the image file's bytes themselves rather than through rdsquashfs or squashfuse:
 // parse_environment_file on the input as an enroot /etc/environment, and is_squashfs and

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Writes the seed corpora of fuzz_squashfs and fuzz_local_archive (tests/fuzz/corpus/): enroot
 /etc/environment files and squashfs superblocks; OCI archives (one image, a nested index, two
 platforms, gzip) and docker-archives as skopeo writes them, with blobs whose digests match.

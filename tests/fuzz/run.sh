@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Builds the libFuzzer targets (tests/fuzz/fuzz_*.cc) with clang, ASan and UBSan in their own build
 # directory and runs each for SECONDS from its seed corpus, nproc of them at a time. Prints one
 # line per target (executions, exec/s, time); exits non-zero on any crash, leak, timeout or

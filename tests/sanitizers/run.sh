@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Runs the Check unit tests under the sanitizers (issue 16): those labelled unit or userns under
 # ASan+UBSan, libtrain's under TSan. ASan+UBSan use the fuzz targets' clang tree, configured as
 # tests/fuzz/run.sh configures it: its libraries have ASan and UBSan already, so only the tests are

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 /* nccl-version: a program linked against libnccl.so.2. Prints the version the loaded NCCL reports
    and the file libnccl was mapped from (/proc/self/maps), e.g.
      nccl 22809 /opt/slipway/hostlibs/libnccl.so.2 */

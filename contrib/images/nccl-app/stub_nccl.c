@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 /* The image's own libnccl.so.2 (version 2.18.1, loading net plugins v6 and v7): a stand-in for the
    NCCL an image was built with. The test shows that with --dl-host-libs=nccl the program below
    loads the host's libnccl instead. */

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Bootstrap: where rank, size and the rendezvous store come from. PMIx when PMIX_RANK is set
 // (srun --mpi=pmix, mpirun), else RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, else a single
 // process. LIBTRAIN_BOOTSTRAP=pmix|env|single forces one.

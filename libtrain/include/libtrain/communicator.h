@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Communicator: the collectives of one group of ranks. Inside a node the ranks share one memory
 // segment; across nodes the node leaders form a TCP ring (hierarchical: reduce in the node, ring
 // across nodes, broadcast back). Every collective runs on one background thread in call order,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Typed exceptions thrown by libtrain. The policy (which error when, and what state the
 // communicator is left in) is written down in libtrain/docs/errors.md.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libtrain umbrella header: everything a trainer needs (see man libtrain(3), libtrain(7)).
 #pragma once
 

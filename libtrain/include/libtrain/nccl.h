@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // NcclCommunicator: collectives on GPU buffers through NCCL, built when CUDA and NCCL are found
 // (LIBTRAIN_HAVE_NCCL). The NCCL unique id travels through the same Store as everything else.
 // Waits poll the stream and ncclCommGetAsyncError, and abort the communicator past the timeout.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // PmixStore: the rendezvous under `srun --mpi=pmix` (or any PMIx server, e.g. OpenMPI's mpirun).
 // set() is PMIx_Put + PMIx_Commit, publish() is PMIx_Fence with data collection, get() is
 // PMIx_Get from the rank named by the key's "/<rank>" suffix. add() is not supported by PMIx.

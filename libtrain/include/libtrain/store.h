@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Rendezvous key-value stores: how ranks exchange addresses before any link exists.
 // The Store interface is what the communicator needs; InMemoryStore serves threads of one
 // process (tests), TcpStore serves the RANK/MASTER_ADDR bootstrap, PmixStore serves srun.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // TcpStore: the rendezvous for the RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT bootstrap.
 // Rank 0 serves the key-value map from a background thread; every rank (0 too) is a client.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Timeline: a Chrome / Perfetto trace (JSON array of "X" events) of every collective, written
 // when LIBTRAIN_TIMELINE=file.json is set. Load it in chrome://tracing or ui.perfetto.dev.
 #pragma once

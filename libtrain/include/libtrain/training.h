@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The Horovod-style training API: one process-wide world communicator formed by init() from
 // whatever launched us (PMIx, RANK/WORLD_SIZE, or nothing), gradient averaging with fusion
 // buffers, parameter broadcast, learning-rate scaling with warm-up, rank-0 checkpoints.

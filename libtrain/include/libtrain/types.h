@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Element types and reduction operators of libtrain collectives, and the reduction kernels
 // used by every transport (float16 and bfloat16 are reduced in float32 and rounded back).
 #pragma once

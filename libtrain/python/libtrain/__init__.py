@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """libtrain: Horovod-style data-parallel training for numpy models (and anything with buffers).
 
     import libtrain

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """libtrain's environment settings read from Python, parsed and worded as the C++ side does
 (libtrain/src/env.h): unset or empty means the default; a number is plain decimal digits within
 the variable's bounds; anything else raises InvalidArgument (a ValueError) in one line naming the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 /* MPI_Allreduce test program for tests/cluster/test_mpi_pmix.bash, run by srun --mpi=pmix in a
  * container with no mpirun. Every rank contributes its rank to a small sum and fills a large
  * buffer (above the shared-memory eager limit, so vader uses its single-copy path) with rank+i;

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # PMI-1 client over $PMI_FD for tests/cluster/test_mpi_pmix.bash (srun --mpi=pmi2 in a container):
 # init, put "rank-R@HOST", barrier, get every peer's value. Speaks the PMI-1 wire protocol
 # (lines of key=value) that Slurm's mpi/pmi2 plugin also serves. Prints

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 /* PMIx client for tests/cluster/test_mpi_pmix.bash: the wire-up a training program does without
  * mpirun. Each rank puts "rank-R@HOST" under a key, commits, fences (collecting data), then gets
  * every peer's value and checks it. Prints one line per rank:

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # `cmake --install BUILD --prefix TMP` installs what the packages hold under TMP and nothing
 # elsewhere: the command (and --version), man pages, the module file with `root` = TMP, the plugin
 # with the plugstack example naming its installed path, libtrain and its Python module.

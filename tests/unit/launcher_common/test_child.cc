@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for child processes (common/child.h): exit status and report, captured output and
 // stderr, the deadline, what a child inherits of signals, the job user, detached daemons, and
 // that a Child never leaves a zombie or an orphan behind.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for the small file helpers (common/file_util.h): bounded reads that refuse or follow a
 // final symlink, atomic replacement, and mkdir -p with the mode it is given.
 #include <sys/stat.h>

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # The layers of launcher/ include only what they may use (docs/architecture.md, "The pieces and
 # who owns what"): a file of LAYER that includes "OTHER/..." fails this test unless OTHER is in
 # LAYER's row below. The link check (layer_check_* in launcher/CMakeLists.txt) catches calls; this

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for LazyLibrary and its forwarders (common/lazy_library.h): a missing library gives an
 // error naming the package and makes forwarders return their failure value; a present one loads
 // only when first called (libarchive here: this test does not link it).

@@ -1,4 +1,6 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # What `slipway` and the plugin load at start (bench/launch): libcurl, libarchive, libcrypto,
 # libseccomp and ISA-L are opened with dlopen on first use, never linked; `slipway` carries its
 # libstdc++ and needs only libc (and the dynamic loader). Usage: test_startup_libs.sh SLIPWAY PLUGIN

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for Status / Result and the SLIPWAY_SYS / SLIPWAY_TRY macros.
 #include <fcntl.h>
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Helpers for the launcher/dl tests: scratch directories and files, and a fake node (the /dev,
 // /proc and /sys a GPU node shows) built under one root directory.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for launcher/dl/dl_env.h: the first node of a hostlist, MASTER_PORT (same for every
 // task of a step, inside the range, spread across jobs) and the variables of one task.
 #include <map>

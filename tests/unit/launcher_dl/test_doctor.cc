@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for launcher/dl/doctor.h. "User namespaces off" cannot be set on this machine (even
 // root may not write user.max_user_namespaces: it runs in a container), but the limit is per user
 // namespace: a child namespace may set its own to 0, and a doctor run inside it then sees exactly

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for launcher/dl/gpu.h against fake device trees: the step's GPUs from Slurm's
 // variables, selection by local rank for 1, 2, 4, 8 tasks x 1..8 GPUs x N = 1, 2, auto,
 // non-contiguous and reordered GRES lists, too few GPUs, and the binds and environment of a task.

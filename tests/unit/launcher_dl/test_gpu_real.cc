@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // GPU test (label `gpu`): on a node with an NVIDIA GPU, the real /dev and /proc give GPUs with
 // their PCI address, a task plan binds them, and the host's ld.so cache has libcuda. Without a GPU
 // it exits 77 (skipped) and says why: it never passes on a machine that cannot run it.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for host library injection (launcher/dl/host_libs.h, abi_checks.h) and its readers
 // (elf.h, ld_cache.h, image_libs.h): set syntax, dependency closure, binds, and every check
 // against fake host and image roots assembled from the fixture libraries of this directory.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Implementation of the image-test helpers (see image_test_util.h).
 #include "image_test_util.h"
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Helpers for the image tests: layer tarballs built in memory with libarchive's writer (so the
 // hostile cases are made exactly as an attacker would), a temp "sandbox" directory with a rootfs
 // and a sibling "outside" canary to prove nothing escaped, and small file helpers.

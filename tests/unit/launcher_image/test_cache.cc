@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Node cache management: listing with sizes and LRU order, the in-use lock, rm (refused while in
 // use), gc --keep SIZE (LRU, skips images in use, drops unreferenced blobs and dead leftovers);
 // a cache shared by nodes (no decision by pid, readers never wait for a removal, directories

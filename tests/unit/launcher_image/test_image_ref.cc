@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Image reference parsing: Docker Hub short names, registries with ports, tags and digests,
 // docker:// and local paths, and the invalid forms that must be refused with a reason.
 #include <string>

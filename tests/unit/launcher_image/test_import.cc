@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Import tests against a docker-registry started on 127.0.0.1 by each test: pull and cache,
 // index resolution, error messages (404, refused connection, auth, digest mismatch, hostile
 // layer), concurrent importers in several processes, and recovery from a dead importer's leftovers.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Local image tests: an OCI layout directory written by the test, and the docker-archive and OCI
 // archive skopeo makes from it, import into the cache under the manifest digest (the same digest
 // every time); corrupt, incomplete and hostile local images fail with one clear line and publish

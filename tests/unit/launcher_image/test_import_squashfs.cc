@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Squashfs images (enroot's format, what pyxis users have on disk): a squashfs made by mksquashfs
 // imports as a one-layer image with enroot's /etc/environment as Env and /etc/rc as Entrypoint,
 // under the same digest every time; the second import reads nothing (the memo); a corrupt file

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Layer unpack tests: normal content, OCI whiteouts, and the hostile-archive set. Every test runs
 // in a Sandbox and checks that nothing outside the rootfs changed.
 #include <fcntl.h>

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Manifest, index and config parsing (OCI and Docker media types, linux/amd64 selection, hostile
 // fields), plus the registry auth pieces that need no network: WWW-Authenticate and credentials.
 #include <string>

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // TestRegistry implementation: fork/exec docker-registry with a generated config, wait for
 // /v2/ to answer, and push through the registry API with libcurl (see test_registry.h).
 #include "test_registry.h"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // A real docker-registry (Debian's distribution 2.8) started by a test on 127.0.0.1 at a free
 // port, with helpers that push blobs and manifests through the HTTP API, so import tests run the
 // real protocol without any outside network.

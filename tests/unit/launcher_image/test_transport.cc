@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Registry transport tests: HTTPS with a private CA (a docker-registry TLS config, certificates
 // made with openssl) trusted through RegistryOptions.ca_file and refused without it; retries on
 // 429 and 5xx against a tiny Python HTTP server on 127.0.0.1 that refuses each path once; slow

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Tests for enter_container(): a forked child, dropped to an unprivileged uid as a job's task is,
 // enters a tiny busybox rootfs and checks what it sees. Label: userns (skipped, code 77, where
 // unprivileged user namespaces are off).

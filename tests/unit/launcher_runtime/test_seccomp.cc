@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Tests for the --container-remap-root seccomp filter: root-only calls succeed without effect,
 // everything else behaves as before. Runs in a forked child with no_new_privs (no root needed).
 #include <dlfcn.h>

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Tests for save_snapshot() (--container-save): a two-layer image is imported into a fresh node
 // cache through the real importer, changed through a REAL overlay mount (userxattr, in a user
 // namespace, in a forked child) so the upper directory is what the kernel writes, saved, and the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The step façade (launcher/step/step.h), which the plugin and `slipway run` both drive: the image
 // imported, held in use (imported again when an rm or gc took it first), recorded for a new named
 // container, a named container whose image is gone refused with the way to recreate it; the

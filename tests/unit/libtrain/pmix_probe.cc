@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Helper for test_bootstrap: run under `mpirun -np N` (a PMIx server); bootstraps with PMIx,
 // checks rank/size/local rank against OpenMPI's own variables, allreduces, exits 0 on success.
 #include <cstdio>

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Test helpers: run a function as N ranks, either threads sharing an InMemoryStore or forked
 // processes sharing a TcpStore served by a child process, and closed-form expected values.
 #pragma once

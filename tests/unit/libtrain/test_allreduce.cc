@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Allreduce over 1-8 ranks (threads, one InMemoryStore): every dtype x op x awkward count,
 // checked against closed-form values; on one node (shared memory through the slots, or
 // cross-memory attach) and on fake nodes (shared memory plus the TCP ring over loopback).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Bootstrap selection from the environment, the RANK/WORLD_SIZE/MASTER_* bootstrap with forked
 // processes (MASTER_PORT free again after init(), a taken MASTER_PORT), bad settings, and the
 // PMIx bootstrap under OpenMPI's mpirun (skipped without it).

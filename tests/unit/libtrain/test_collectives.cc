@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Broadcast, allgather and barrier over 1-8 ranks (threads), one node and fake nodes, at the
 // awkward counts; every root for broadcast. Expected values in closed form.
 #include <vector>

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // libtrain's environment parser (libtrain/src/env.h) and its users: malformed, negative,
 // out-of-range and overflowing values are rejected with one line naming the variable and the value;
 // unset and empty mean the default.

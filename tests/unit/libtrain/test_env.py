@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """libtrain's environment parser on the Python side (libtrain/_env.py) and its one user,
 LIBTRAIN_TORCH_BUCKET_BYTES: malformed, negative, out-of-range and overflowing values raise
 libtrain.InvalidArgument (a ValueError) worded as the C++ side words them (tests/unit/libtrain/

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Failure policy (libtrain/docs/errors.md) with forked processes: a rank that dies, or ranks that
 // disagree on a tensor's size, make every other rank throw a typed error within the timeout.
 #include <signal.h>

@@ -1,4 +1,6 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Every LIBTRAIN_* variable libtrain's sources read must be documented in man/libtrain.7 (an
 # ENVIRONMENT entry) and in libtrain/docs/environment.md (its source table), and the man pages
 # must render without groff warnings.

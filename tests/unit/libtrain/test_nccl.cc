@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // NCCL communicator: two ranks (threads) allreduce a device buffer. Needs a GPU: without one the
 // test exits 77 so CTest reports it skipped, never passed (label gpu).
 #include <cstdio>

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Python bindings of libtrain: spawns 3 ranks with the RANK/WORLD_SIZE bootstrap and checks
 allreduce/broadcast/allgather, broadcast_parameters, DistributedOptimizer and checkpoints."""
 import os

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // ShmGroup's segment (libtrain/src/shm_segment.h): a constructor that fails after shm_open leaves
 // no name in /dev/shm; a rank never unlinks a name it did not create; a segment of the wrong size
 // is an error, not a SIGBUS; bad local ranks are rejected before anything is created.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Stores: InMemoryStore with threads, TcpStore across forked processes (set/get/add, waits,
 // timeouts, barrier), PrefixStore namespacing, TcpStore against peers that send garbage lengths
 // (found by tests/fuzz/fuzz_libtrain_wire), TcpStore giving its port back (seal, then destroy),

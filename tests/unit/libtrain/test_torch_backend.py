@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """The torch.distributed backend "libtrain" (libtrain/torch/_backend.py): 4 ranks as 2 fake nodes
 x 2 (LIBTRAIN_NODE), so both shared memory and the TCP ring run. Checks every direct collective
 over dtypes, empty and non-contiguous tensors and async_op; DDP against single-process training

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """libtrain.torch, Horovod's PyTorch API: spawns 4 local ranks faking 2 nodes x 2 (LIBTRAIN_NODE),
 so collectives cross both shared memory and the TCP ring, and checks every collective and option
 against values each rank computes itself; DistributedOptimizer and SyncBatchNorm against one

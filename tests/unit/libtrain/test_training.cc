@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Training API: timeline trace contents, gradient fusion (GradientReducer) across bucket sizes,
 // learning-rate warm-up, rank-0 checkpoints, check_build; ranks are forked processes using the
 // RANK/WORLD_SIZE bootstrap through init().

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // The TCP ring's wire format (libtrain/src/socket.h, tcp_ring.h): every message is padded to a
 // multiple of kWireAlign bytes and consumed with its padding, the op header is kWireAlign bytes,
 // and the reduce-scatter's segments start on kWireAlign-byte boundaries. Together they keep the

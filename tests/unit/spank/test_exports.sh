@@ -1,4 +1,6 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # The plugin must export only the SPANK symbols (docs/conventions.md, "Build"; pyxis
 # spank_pyxis.lds).
 set -eu

@@ -1,4 +1,6 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # man/spank_slipway.8 must document every option of the plugin's option table and every
 # plugstack.conf key of the configuration table (docs/conventions.md: tables drive the docs).
 set -eu

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for the plugin's option table and plugstack.conf argument parser: values are
 // validated at submission with one line that names the option and the fix.
 #include <map>

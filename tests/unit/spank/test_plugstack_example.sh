@@ -1,4 +1,6 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # contrib/plugstack.conf.d/slipway.conf must use only keys the plugin knows (spank/config.cc), and
 # be fully commented out: the slurm-spank-slipway package installs it in /etc/slurm/plugstack.conf.d,
 # which Debian's plugstack.conf includes, and installing a package must not change a running cluster.

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """libtrain.torch: Horovod's PyTorch API on libtrain, and a torch.distributed backend.
 
 A Horovod PyTorch script runs with its import line changed and no mpirun or horovodrun:

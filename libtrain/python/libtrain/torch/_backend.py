@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # The torch.distributed backend "libtrain": importing libtrain.torch registers it, and then
 # init_process_group("libtrain") (env://, tcp://, file:// or a store, as for Gloo) gives DDP and the
 # direct collectives (all_reduce, broadcast, all_gather, reduce_scatter, barrier, reduce, gather,

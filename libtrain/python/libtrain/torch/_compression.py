@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Gradient compression for libtrain.torch, as horovod.torch.Compression: `none` passes tensors
 through; `fp16` sends floating-point tensors as float16 (half the bytes on the wire) and restores
 their dtype afterwards. Reduction of float16 happens in float32 inside libtrain."""

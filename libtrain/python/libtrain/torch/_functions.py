@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Model- and object-level helpers of libtrain.torch, as horovod.torch has them:
 broadcast_parameters, broadcast_optimizer_state, broadcast_object and allgather_object.
 Objects travel pickled, as uint8 tensors."""

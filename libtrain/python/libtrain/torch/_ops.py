@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """Tensor collectives of libtrain.torch, as Horovod's horovod.torch has them: allreduce,
 broadcast, allgather (first dimensions may differ), alltoall, their in-place and async forms with
 integer handles, synchronize/poll, barrier and join.

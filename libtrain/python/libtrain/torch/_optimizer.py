@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """DistributedOptimizer of libtrain.torch: Horovod's, on libtrain's communicator.
 
 The parameters are laid out once into buckets (reverse registration order, which is roughly the

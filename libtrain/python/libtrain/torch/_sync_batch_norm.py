@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """SyncBatchNorm of libtrain.torch: batch normalization whose training-time statistics (mean and
 variance per channel) are those of the global batch, all ranks' samples together, as Horovod's
 hvd.SyncBatchNorm. It is a drop-in for torch.nn.BatchNorm{1,2,3}d, so torchvision models take it
