@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Fabric device patterns, the node's devices they select, and doctor's report of them (see
 // fabric.h). Device nodes are bound, never created: a bind keeps the host's inode, hence its
 // owner and mode, so a device the user cannot open on the node stays closed in the container

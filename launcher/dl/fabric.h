@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // High-speed fabric devices in every container: the node's RDMA and fabric character devices
 // (InfiniBand, RoCE and EFA verbs under /dev/infiniband, Slingshot's /dev/cxi*, Omni-Path's
 // /dev/hfi1_*) bound at the same path into the container's /dev, so that NCCL, UCX and MPI use

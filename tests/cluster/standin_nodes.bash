@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Stand-in device nodes and sysfs entries on the sandbox's nodes, for hardware the sandbox lacks
 # (RDMA HCAs here; any /dev and /sys/class entries). Each node's slurmd runs in a mount namespace
 # of its own (contrib/sandbox/slipway-sandbox, node_init); there, as root, /dev becomes a tmpfs copy

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # Fabric devices (issue 27): the node's RDMA and fabric devices in every container, by default and
 # as fabric_devices= (plugstack.conf) or SLIPWAY_FABRIC_DEVICES (`slipway run`) says, through srun,
 # #SBATCH, salloc and `slipway run`, on nodes given stand-in devices and sysfs entries

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // Unit tests for launcher/dl/fabric.h: fabric_devices= lists (keywords, order, exclusions, every
 // malformed pattern refused in one line), glob matching, and the plan against a fake node whose
 // device nodes are /dev/null bound over plain files inside a user + mount namespace of the test
