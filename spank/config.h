@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "dl/dl_env.h"
 #include "dl/host_libs.h"
+#include "options/job_options.h"
 #include "image/import.h"
 #include "image/registry.h"
 
@@ -39,6 +40,7 @@ struct PluginConfig {
   bool host_libs_warn_only = false;  // host_libs_check=warn
   launcher::MpiAbiRule mpi_abi = launcher::MpiAbiRule::kFull;  // mpi_abi_check=
   launcher::PortRange master_ports;  // master_port_range=
+  launcher::DlGpus dl_gpus;          // dl_gpus=: the default of --dl-gpus (kUnset: NVIDIA_* decide)
 };
 
 launcher::Result<PluginConfig> parse_plugin_args(int argc, char** argv);
