@@ -204,9 +204,14 @@ Result<GpuTaskPlan> plan_gpu_task_exposure(const GpuNodePlan& node, const GpuTas
         continue;
       }
       // An index or UUID names a GPU of the node, as nvidia-container-cli --device does.
-      auto one = step_gpus(gpus, token, std::nullopt);
-      if (!one.ok()) return one.status().context(named);
-      const int m = one->minors.front();
+      auto it = std::find_if(gpus.begin(), gpus.end(), [&](const GpuDevice& g) {
+        return std::to_string(g.minor) == token || (!g.uuid.empty() && g.uuid == token);
+      });
+      if (it == gpus.end())
+        return Status::error(named + " names GPU " + token + ", which " + in.node +
+                                 " does not have (the step's GPUs: " + step->source + ")",
+                             ENODEV);
+      const int m = it->minor;
       if (std::find(step->minors.begin(), step->minors.end(), m) == step->minors.end())
         return Status::error(named + " names GPU " + token + ", which this step does not hold on " +
                                  in.node + " (" + step->source + "); name one of those, or 'all'",

@@ -84,6 +84,7 @@ gpu_standin_install() {
         case $opt in no-uvm) no_uvm=1 ;; no-driver) no_driver=1 ;; esac
     done
     local stage=$GPU_DIR/node$node
+    gpu_standin_remove "$node"
     mkdir -p "$stage/dev"
     nsenter -t "$(gpu_node_pid "$node")" -m -- bash -euo pipefail -s -- \
         "$stage" "$gpus" "$no_uvm" "$no_driver" "$GPU_DIR" "$GPU_DRIVER" <<'EOF'
@@ -120,14 +121,16 @@ fi
 EOF
 }
 
-# gpu_standin_remove I: node I is a CPU node again.
+# gpu_standin_remove I: node I is a CPU node again (also after an install that stopped halfway).
 gpu_standin_remove() {
     local pid
     pid=$(gpu_node_pid "$1") || return 0
-    nsenter -t "$pid" -m -- sh -c '
-        for m in /usr/local/bin /etc/ld.so.cache /proc/driver /dev; do
-            case $(findmnt -n -o SOURCE --target "$m" 2>/dev/null) in slw-gpu-*) umount -l "$m" ;; esac
-        done
-        grep -q " /etc/ld.so.cache " /proc/self/mountinfo && umount -l /etc/ld.so.cache
-        true'
+    nsenter -t "$pid" -m -- bash -s -- "$GPU_DIR" <<'EOF'
+for m in /usr/local/bin /proc/driver /dev; do
+    while [[ $(findmnt -n -o SOURCE --mountpoint "$m" | tail -n 1) == slw-gpu-* ]]; do umount -l "$m"; done
+done
+while grep -q ' /etc/ld.so.cache ' /proc/self/mountinfo; do umount -l /etc/ld.so.cache; done
+for m in $(awk -v d="$1/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo); do umount -l "$m" 2>/dev/null; done
+true
+EOF
 }

@@ -30,25 +30,28 @@ readonly ALL2='devices nvidia-caps,nvidia-uvm,nvidia-uvm-tools,nvidia0,nvidia1,n
 readonly LIBCUDA="cuda /usr/lib/x86_64-linux-gnu/libcuda.so.1 node 12020"
 readonly LIBNVML="nvml /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 $GPU_DRIVER"
 
+# The output without srun's own lines (a job may wait a moment for the previous one to finish).
+task_output() { printf '%s\n' "${lines[@]}" | grep -v '^srun: ' || true; }
+
 # probe [SRUN ARGS...]: the probe under `env -u LD_LIBRARY_PATH` in one task on node1.
 probe() { run_job srun -N1 -w node1 -K "$@" env -u LD_LIBRARY_PATH gpu-probe; }
 
 test_image_env_gives_the_step_gpus_driver_and_tools() {
     probe --container-image="$CUDA_IMG"
     assert_success
-    assert_output "$ALL2
+    assert_equal "$ALL2
 $LIBCUDA 2
 $LIBNVML 2
 env CUDA_VISIBLE_DEVICES=0,1
 env NVIDIA_VISIBLE_DEVICES=GPU-standin-0,GPU-standin-1
-env LD_LIBRARY_PATH=<unset>"
+env LD_LIBRARY_PATH=<unset>" "$(task_output)"
     # The image's LD_LIBRARY_PATH (NGC's /usr/local/nvidia/lib64) stays and does not get in the way.
     run_job srun -N1 -w node1 -K --container-image="$CUDA_IMG" sh -c 'echo "$LD_LIBRARY_PATH"; gpu-probe | grep ^cuda; nvidia-smi -L'
     assert_success
-    assert_output "/usr/local/nvidia/lib:/usr/local/nvidia/lib64
+    assert_equal "/usr/local/nvidia/lib:/usr/local/nvidia/lib64
 $LIBCUDA 2
 GPU 0: Stand-in GPU (UUID: GPU-standin-0)
-GPU 1: Stand-in GPU (UUID: GPU-standin-1)"
+GPU 1: Stand-in GPU (UUID: GPU-standin-1)" "$(task_output)"
 }
 
 test_job_environment_decides_for_a_plain_image() {
@@ -90,7 +93,7 @@ test_visible_devices_lists_none_and_capabilities() {
     assert_output_contains "image '$CUDA_IMG': NVIDIA_DRIVER_CAPABILITIES='compute,cuda' names unknown capability 'cuda'"
     run_job env NVIDIA_VISIBLE_DEVICES=3 srun -N1 -w node1 -K --container-image="$CUDA_IMG" true
     assert_failure
-    assert_output_contains "NVIDIA_VISIBLE_DEVICES=3 (the job's environment): all 2 GPUs of the node (no GRES) names GPU 3, but this node has no /dev/nvidia3"
+    assert_output_contains "NVIDIA_VISIBLE_DEVICES=3 (the job's environment) names GPU 3, which node1 does not have (the step's GPUs: all 2 GPUs of the node (no GRES))"
 }
 
 test_requirements_and_forward_compatibility() {
@@ -113,7 +116,7 @@ test_dl_gpus_splits_by_local_rank_and_none_turns_off() {
     assert_success
     assert_equal "0 devices nvidia-caps,nvidia-uvm,nvidia-uvm-tools,nvidia0,nvidiactl $LIBCUDA 1 env CUDA_VISIBLE_DEVICES=0 
 1 devices nvidia-caps,nvidia-uvm,nvidia-uvm-tools,nvidia1,nvidiactl $LIBCUDA 1 env CUDA_VISIBLE_DEVICES=0 " \
-        "$(printf '%s\n' "${lines[@]}" | sort)"
+        "$(printf '%s\n' "${lines[@]}" | grep devices | sort)"
     probe --container-image="$CUDA_IMG" --dl-gpus=none
     assert_success
     assert_output_contains "devices none"
@@ -134,11 +137,11 @@ test_sbatch_and_salloc() {
     assert_success
     assert_output_contains "$ALL2"
     assert_output_contains "$LIBCUDA 2"
-    run_job salloc -N1 -w node1 --time=2 --container-image="$CUDA_IMG" srun -K -n2 --dl-gpus=1 \
+    run_job salloc -N1 -n2 -w node1 --time=2 --container-image="$CUDA_IMG" srun -K -n2 --dl-gpus=1 \
         sh -c 'gpu-probe | grep ^cuda'
     assert_success
-    assert_output "$LIBCUDA 1
-$LIBCUDA 1"
+    assert_equal "$LIBCUDA 1
+$LIBCUDA 1" "$(printf '%s\n' "${lines[@]}" | grep ^cuda)"
 }
 
 test_slipway_run_without_the_plugin() {
@@ -151,7 +154,7 @@ test_slipway_run_without_the_plugin() {
         sh -c 'echo "$SLURM_LOCALID $(gpu-probe | grep ^devices)"'
     assert_success
     assert_equal "0 devices nvidia-caps,nvidia-uvm,nvidia-uvm-tools,nvidia0,nvidiactl
-1 devices nvidia-caps,nvidia-uvm,nvidia-uvm-tools,nvidia1,nvidiactl" "$(printf '%s\n' "${lines[@]}" | sort)"
+1 devices nvidia-caps,nvidia-uvm,nvidia-uvm-tools,nvidia1,nvidiactl" "$(printf '%s\n' "${lines[@]}" | grep devices | sort)"
     run_job srun -N1 -w node1 -K ./slipway run --container-image="$GPU_DIR/img-newer" -- true
     assert_failure
     assert_output_contains "requires NVIDIA_REQUIRE_CUDA=cuda>=12.4"
