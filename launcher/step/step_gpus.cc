@@ -21,10 +21,6 @@ Result<GpuNodePlan> plan_step_gpus(const Step& step, const JobOptions& options,
   GpuNodeInput g;
   g.root = in.root;
   g.option = gpu_choice(options.dl_gpus, in.site_default);
-  if (g.option.mode == GpuChoice::Mode::kNone) return plan_gpu_node(g);
-  auto cache = LdCache::load(in_root(in.root, "/etc/ld.so.cache"));
-  SLIPWAY_TRY(cache);
-  g.host_cache = &*cache;
   g.image_root = step.spec.rootfs;
   g.image = options.container_image.empty() ? options.container_name : options.container_image;
   g.node = in.node;
@@ -39,6 +35,17 @@ Result<GpuNodePlan> plan_step_gpus(const Step& step, const JobOptions& options,
   };
   g.env.names = in.job_env_names;
   for (const auto& e : *image_env) g.env.names.push_back(e.substr(0, e.find('=')));
+  // Most steps ask for no GPU: they need not read the node's ld.so cache (every start pays it).
+  const LdCache none;
+  g.host_cache = &none;
+  if (g.option.mode == GpuChoice::Mode::kNone) return plan_gpu_node(g);
+  if (g.option.mode == GpuChoice::Mode::kEnv) {
+    auto req = parse_nvidia_env(g.env);
+    if (req.ok() && req->devices == NvidiaRequest::Devices::kVoid) return plan_gpu_node(g);
+  }
+  auto cache = LdCache::load(in_root(in.root, "/etc/ld.so.cache"));
+  SLIPWAY_TRY(cache);
+  g.host_cache = &*cache;
   return plan_gpu_node(g);  // the plan keeps values only, not the cache
 }
 
