@@ -2,12 +2,18 @@
 #include "dl/gpu_exposure.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+
+#include "common/unique_fd.h"
 
 namespace slipway::launcher {
 namespace {
@@ -109,6 +115,44 @@ Status check_driver_libs(const GpuNodeInput& in, const GpuNodePlan& plan) {
   return Status();
 }
 
+// The image's own ld.so cache, read inside the image root (its symlinks resolve inside the
+// image, never on the node); empty when it has none.
+LdCache image_cache(const std::string& image_root) {
+  UniqueFd root(open(image_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  struct open_how how = {};
+  how.flags = O_RDONLY | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(root.valid() ? static_cast<int>(syscall(SYS_openat2, root.get(), "etc/ld.so.cache",
+                                                      &how, sizeof how))
+                           : -1);
+  std::string bytes;
+  char buf[65536];
+  for (ssize_t n; fd.valid() && bytes.size() < (64u << 20) && (n = read(fd.get(), buf, sizeof buf)) > 0;)
+    bytes.append(buf, static_cast<size_t>(n));
+  auto cache = LdCache::parse(bytes, image_root + "/etc/ld.so.cache");
+  return cache.ok() ? std::move(*cache) : LdCache();
+}
+
+// An image whose own ld.so cache names a file for one of the driver's sonames (a registered
+// stub or compat directory) would load that one first: the driver's library goes there too.
+void cover_image_cache_entries(const std::string& image_root, GpuNodePlan& plan) {
+  if (image_root.empty()) return;
+  const LdCache cache = image_cache(image_root);
+  if (cache.entries().empty()) return;
+  std::vector<PlannedBind> extra;
+  for (const auto& b : plan.binds) {
+    const std::string& dest = b.bind.destination;
+    if (dest.rfind(plan.lib_dir + "/", 0) != 0) continue;
+    const LdCacheEntry* e = cache.find(dest.substr(plan.lib_dir.size() + 1));
+    if (!e || e->path == dest || e->path.empty() || e->path[0] != '/') continue;
+    PlannedBind over = b;
+    over.bind.destination = e->path;
+    over.why = b.why + ", also where the image's ld.so cache points (" + e->path + ")";
+    extra.push_back(std::move(over));
+  }
+  plan.binds.insert(plan.binds.end(), extra.begin(), extra.end());
+}
+
 bool is_mig_name(const std::string& t) {
   return t.rfind("MIG-", 0) == 0 || t.find(':') != std::string::npos;
 }
@@ -163,6 +207,7 @@ Result<GpuNodePlan> plan_gpu_node(const GpuNodeInput& in) {
   plan.lib_dir = image_lib_dir(in.image_root);
   plan.binds = driver_binds(in.root, *in.host_cache, plan.request.capabilities, plan.lib_dir);
   use_compat(in, plan);
+  cover_image_cache_entries(in.image_root, plan);
   if (plan.request.capabilities & kCapCompat32)
     plan.notes.push_back("compat32: the driver's 32-bit libraries are not bound");
   return plan;

@@ -17,8 +17,8 @@ GPU_DIR=/srv/slipway-gpu-test-${SLIPWAY_SANDBOX_INSTANCE:-0}  # the nodes see /s
 
 # The stand-in driver, nvidia-smi, the probe, and four OCI layouts of a tiny image running the probe
 # (busybox and the host's C runtime, as contrib/images/nccl-app): cuda (the NVIDIA_* Env of an NGC
-# image), plain (none), newer (needs CUDA 12.4, no compat libraries), compat (needs 12.4 and carries
-# /usr/local/cuda/compat with a newer libcuda).
+# image), plain (none), newer (needs CUDA 12.4, no compat libraries), stub (its ld.so cache names
+# a stub libcuda.so.1), compat (needs 12.4 and carries /usr/local/cuda/compat with a newer libcuda).
 gpu_standin_build() {
     local src=$REPO_DIR/tests/cluster/programs/gpu d=$GPU_DIR lib
     rm -rf "$d" && mkdir -p "$d"/{driver/lib,bin}
@@ -55,6 +55,17 @@ gpu_standin_build() {
         --env 'NVIDIA_REQUIRE_CUDA=cuda>=12.2 brand=tesla,driver>=470,driver<471' >/dev/null
     "$pack" "$d/img-newer" latest --layer "$rootfs" --root-owned --mtime 0 --env "$path" "${ngc[@]}" \
         --env 'NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471' >/dev/null
+    # A stub libcuda.so.1 the image's own ld.so cache names (a registered stubs directory).
+    local stubs=$rootfs/usr/local/cuda/lib64/stubs
+    mkdir -p "$stubs"
+    gcc -shared -fPIC -O2 -Wl,-soname,libcuda.so.1 -DSTANDIN_TAG='"stub"' -o "$stubs/libcuda.so.1" \
+        "$src/standin_cuda.c"
+    echo /usr/local/cuda/lib64/stubs >>"$rootfs/etc/ld.so.conf"
+    ldconfig -r "$rootfs"
+    "$pack" "$d/img-stub" latest --layer "$rootfs" --root-owned --mtime 0 --env "$path" "${ngc[@]}" >/dev/null
+    rm -rf "$rootfs/usr/local/cuda"
+    echo /usr/lib/x86_64-linux-gnu >"$rootfs/etc/ld.so.conf"
+    ldconfig -r "$rootfs"
     local compat=$rootfs/usr/local/cuda-12.4/compat
     mkdir -p "$compat"
     gcc -shared -fPIC -O2 -Wl,-soname,libcuda.so.1 -DSTANDIN_CUDA_VERSION=12040 -DSTANDIN_TAG='"compat"' \

@@ -103,6 +103,10 @@ test_requirements_and_forward_compatibility() {
     run_job env NVIDIA_DISABLE_REQUIRE=1 srun -N1 -w node1 -K --container-image="$GPU_DIR/img-newer" gpu-probe
     assert_success
     assert_output_contains "$LIBCUDA 2"
+    # An image whose own ld.so cache names a stub libcuda.so.1 still gets the node's driver.
+    probe --container-image="$GPU_DIR/img-stub"
+    assert_success
+    assert_output_contains "cuda /usr/local/cuda/lib64/stubs/libcuda.so.1 node 12020 2"
     # The image's cuda-compat libcuda (driver 550, CUDA 12.4) replaces the node's older one.
     probe --container-image="$GPU_DIR/img-compat"
     assert_success
