@@ -213,6 +213,74 @@ Result<GpuNodePlan> plan_gpu_node(const GpuNodeInput& in) {
   return plan;
 }
 
+namespace {
+
+// NVIDIA_VISIBLE_DEVICES's list: the node GPUs its indexes and UUIDs name (as
+// nvidia-container-cli --device takes them), which the step must hold; MIG names go to MIG.
+Result<std::vector<int>> listed_gpus(const NvidiaRequest& req, const std::vector<GpuDevice>& gpus,
+                                     const StepGpus& step, const std::string& node,
+                                     std::vector<std::string>& mig) {
+  std::string named = "NVIDIA_VISIBLE_DEVICES=";
+  for (size_t i = 0; i < req.list.size(); ++i) named += (i ? "," : "") + req.list[i];
+  named += " (" + req.devices_from + ")";
+  std::vector<int> selected;
+  for (const auto& token : req.list) {
+    if (is_mig_name(token)) {
+      mig.push_back(token);
+      continue;
+    }
+    auto it = std::find_if(gpus.begin(), gpus.end(), [&](const GpuDevice& g) {
+      return std::to_string(g.minor) == token || (!g.uuid.empty() && g.uuid == token);
+    });
+    if (it == gpus.end())
+      return Status::error(named + " names GPU " + token + ", which " + node +
+                               " does not have (the step's GPUs: " + step.source + ")",
+                           ENODEV);
+    if (std::find(step.minors.begin(), step.minors.end(), it->minor) == step.minors.end())
+      return Status::error(named + " names GPU " + token + ", which this step does not hold on " +
+                               node + " (" + step.source + "); name one of those, or 'all'",
+                           ENODEV);
+    if (std::find(selected.begin(), selected.end(), it->minor) == selected.end())
+      selected.push_back(it->minor);
+  }
+  // MIG instances are chosen by CUDA among the step's GPUs (their parents' devices go in).
+  if (!mig.empty()) selected = step.minors;
+  return selected;
+}
+
+// The task's GPUs: by local rank (--dl-gpus), or as NVIDIA_VISIBLE_DEVICES names them.
+Result<std::vector<int>> task_selection(const GpuNodePlan& node, const GpuTaskInput& in,
+                                        const std::vector<GpuDevice>& gpus, const StepGpus& step,
+                                        std::vector<std::string>& mig) {
+  if (node.per_rank) {
+    GpuRequest r{.mode = node.option.mode == GpuChoice::Mode::kAuto ? GpuRequest::Mode::kAuto
+                                                                : GpuRequest::Mode::kCount,
+                 .count = node.option.count, .local_rank = in.local_rank,
+                 .local_tasks = in.local_tasks, .node = in.node};
+    return select_gpus(step, r);
+  }
+  if (node.request.devices == NvidiaRequest::Devices::kAll) return step.minors;
+  if (node.request.devices == NvidiaRequest::Devices::kList)
+    return listed_gpus(node.request, gpus, step, in.node, mig);
+  return std::vector<int>{};  // none: the driver only
+}
+
+// CUDA cannot start without these: say so before the task starts rather than let cuInit fail.
+Status check_control_devices(const std::string& root, const std::string& node) {
+  if (!exists(in_root(root, "/dev/nvidiactl")))
+    return Status::error("node " + node + " has GPUs but no /dev/nvidiactl: the NVIDIA kernel "
+                         "module is not loaded; an admin runs 'nvidia-modprobe' (or 'modprobe "
+                         "nvidia'), or run without GPUs (--dl-gpus=none)", ENODEV);
+  if (!exists(in_root(root, "/dev/nvidia-uvm")))
+    return Status::error("node " + node + " has no /dev/nvidia-uvm, without which CUDA cannot "
+                         "start: an admin loads it with 'nvidia-modprobe -u -c=0' (or 'modprobe "
+                         "nvidia-uvm' and creates the device), or run without GPUs (--dl-gpus=none)",
+                         ENODEV);
+  return Status();
+}
+
+}  // namespace
+
 Result<GpuTaskPlan> plan_gpu_task_exposure(const GpuNodePlan& node, const GpuTaskInput& in,
                                            std::string& source) {
   const auto gpus = node_gpus(in.root);
@@ -223,53 +291,13 @@ Result<GpuTaskPlan> plan_gpu_task_exposure(const GpuNodePlan& node, const GpuTas
   }
   SLIPWAY_TRY(step);
   source = step->source;
-  std::vector<int> selected;
   std::vector<std::string> mig;
-  using Devices = NvidiaRequest::Devices;
-  const auto& req = node.request;
-  if (node.per_rank) {
-    GpuRequest r{.mode = node.option.mode == GpuChoice::Mode::kAuto ? GpuRequest::Mode::kAuto
-                                                                : GpuRequest::Mode::kCount,
-                 .count = node.option.count, .local_rank = in.local_rank,
-                 .local_tasks = in.local_tasks, .node = in.node};
-    auto sel = select_gpus(*step, r);
-    SLIPWAY_TRY(sel);
-    selected = std::move(*sel);
-  } else if (req.devices == Devices::kAll) {
-    selected = step->minors;
-  } else if (req.devices == Devices::kList) {
-    const std::string named = "NVIDIA_VISIBLE_DEVICES=" + [&] {
-      std::string s;
-      for (const auto& t : req.list) s += (s.empty() ? "" : ",") + t;
-      return s;
-    }() + " (" + req.devices_from + ")";
-    for (const auto& token : req.list) {
-      if (is_mig_name(token)) {
-        mig.push_back(token);
-        continue;
-      }
-      // An index or UUID names a GPU of the node, as nvidia-container-cli --device does.
-      auto it = std::find_if(gpus.begin(), gpus.end(), [&](const GpuDevice& g) {
-        return std::to_string(g.minor) == token || (!g.uuid.empty() && g.uuid == token);
-      });
-      if (it == gpus.end())
-        return Status::error(named + " names GPU " + token + ", which " + in.node +
-                                 " does not have (the step's GPUs: " + step->source + ")",
-                             ENODEV);
-      const int m = it->minor;
-      if (std::find(step->minors.begin(), step->minors.end(), m) == step->minors.end())
-        return Status::error(named + " names GPU " + token + ", which this step does not hold on " +
-                                 in.node + " (" + step->source + "); name one of those, or 'all'",
-                             ENODEV);
-      if (std::find(selected.begin(), selected.end(), m) == selected.end()) selected.push_back(m);
-    }
-    // MIG instances are chosen by CUDA among the step's GPUs (their parents' devices go in).
-    if (!mig.empty()) selected = step->minors;
-  }
-  GpuTaskPlan plan = plan_gpu_task(in.root, gpus, selected, in.empty_dir);
-  if (selected.empty()) {
+  auto selected = task_selection(node, in, gpus, *step, mig);
+  SLIPWAY_TRY(selected);
+  GpuTaskPlan plan = plan_gpu_task(in.root, gpus, *selected, in.empty_dir);
+  if (selected->empty()) {
     for (auto& b : control_device_binds(in.root)) plan.binds.push_back(std::move(b));
-    if (req.devices == Devices::kNone)
+    if (node.request.devices == NvidiaRequest::Devices::kNone)
       plan.env.push_back({"NVIDIA_VISIBLE_DEVICES", "none", "the driver without a GPU, as asked"});
   }
   if (!mig.empty()) {
@@ -278,18 +306,8 @@ Result<GpuTaskPlan> plan_gpu_task_exposure(const GpuNodePlan& node, const GpuTas
     std::erase_if(plan.env, [](const EnvSetting& e) { return e.name == "CUDA_VISIBLE_DEVICES"; });
     plan.env.push_back({"CUDA_VISIBLE_DEVICES", list, "the MIG instances NVIDIA_VISIBLE_DEVICES names"});
   }
-  // CUDA cannot start without these: say so here rather than let cuInit fail inside.
-  if ((req.capabilities & kCapCompute) && !selected.empty()) {
-    if (!exists(in_root(in.root, "/dev/nvidiactl")))
-      return Status::error("node " + in.node + " has GPUs but no /dev/nvidiactl: the NVIDIA kernel "
-                           "module is not loaded; an admin runs 'nvidia-modprobe' (or 'modprobe "
-                           "nvidia'), or run without GPUs (--dl-gpus=none)", ENODEV);
-    if (!exists(in_root(in.root, "/dev/nvidia-uvm")))
-      return Status::error("node " + in.node + " has no /dev/nvidia-uvm, without which CUDA cannot "
-                           "start: an admin loads it with 'nvidia-modprobe -u -c=0' (or 'modprobe "
-                           "nvidia-uvm' and creates the device), or run without GPUs (--dl-gpus=none)",
-                           ENODEV);
-  }
+  if ((node.request.capabilities & kCapCompute) && !selected->empty())
+    SLIPWAY_TRY(check_control_devices(in.root, in.node));
   return plan;
 }
 
