@@ -54,6 +54,17 @@ GPU 0: Stand-in GPU (UUID: GPU-standin-0)
 GPU 1: Stand-in GPU (UUID: GPU-standin-1)" "$(task_output)"
 }
 
+test_dl_explain_says_why() {
+    run_job srun -N1 -w node1 -K --container-image="$CUDA_IMG" --dl-explain true
+    assert_success
+    assert_output_contains "slipway-explain: task 0: gpus 0,1 of all 2 GPUs of the node (no GRES)"
+    assert_output_contains "slipway-explain: task 0: driver $GPU_DRIVER (CUDA 12.2), capabilities compute,utility, libraries in /usr/lib/x86_64-linux-gnu"
+    assert_output_contains "slipway-explain: task 0: bind $GPU_DIR/driver/lib/libcuda.so.1 -> /usr/lib/x86_64-linux-gnu/libcuda.so.1 (ro): NVIDIA driver library"
+    run_job srun -N1 -w node1 -K --container-image="$PLAIN_IMG" --dl-explain true
+    assert_success
+    assert_output_contains "slipway-explain: task 0: gpus: NVIDIA_VISIBLE_DEVICES is unset or void: no GPU (as with pyxis+enroot)"
+}
+
 test_job_environment_decides_for_a_plain_image() {
     probe --container-image="$PLAIN_IMG"
     assert_success
