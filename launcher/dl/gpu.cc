@@ -22,7 +22,7 @@ constexpr const char* kProcGpus = "/proc/driver/nvidia/gpus";
 
 // The driver's user-space libraries and tools per capability, as soname prefixes (the driver
 // version follows them: "libnvidia-gpucomp.so.580.65.06"); libnvidia-container's lists of the
-// same names (NVIDIA/libnvidia-container src/nvc_info.c, utility_libs, compute_libs, ...).
+// same names (NVIDIA/libnvidia-container src/nvc_info.c, its per-capability library lists).
 struct DriverFiles {
   unsigned caps;
   std::vector<const char*> libs, tools;

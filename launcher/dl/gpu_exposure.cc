@@ -67,7 +67,7 @@ std::vector<int> compat_version(const std::string& dir) {
 
 // When the image's forward-compatibility libraries are newer than the node's driver, they
 // replace the driver's libraries of the same soname (as libnvidia-container mounts them over the
-// driver's: NVIDIA/libnvidia-container src/nvc_mount.c, mount_compat).
+// driver's: NVIDIA/libnvidia-container src/cli/compat_mode.c).
 void use_compat(const GpuNodeInput& in, GpuNodePlan& plan) {
   if (!(plan.request.capabilities & kCapCompute)) return;
   if (in.image_root.empty()) {
