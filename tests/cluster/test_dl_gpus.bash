@@ -191,3 +191,18 @@ test_missing_uvm_and_driver_are_one_line_with_the_fix() {
     run_job srun -N1 -w node1 -K ./slipway doctor
     assert_output_contains "ok    gpus: 2 GPU(s): /dev/nvidia0-1, driver $GPU_DRIVER (CUDA 12.2), libcuda.so.1 -> $GPU_DIR/driver/lib/libcuda.so.1"
 }
+
+# Last: restarts the sandbox's Slurm twice (the nodes' stand-ins go with their slurmd).
+test_site_default_dl_gpus_none() {
+    local args=${SLIPWAY_PLUGIN_ARGS:-}
+    SLIPWAY_PLUGIN_ARGS="${args:+$args }dl_gpus=none" require_sandbox
+    gpu_standin_install 1 2
+    probe --container-image="$CUDA_IMG"
+    assert_success
+    assert_output_contains "devices none"
+    probe --container-image="$CUDA_IMG" --dl-gpus=1
+    assert_success
+    assert_output_contains "devices nvidia-caps,nvidia-uvm,nvidia-uvm-tools,nvidia0,nvidiactl"
+    SLIPWAY_PLUGIN_ARGS=$args require_sandbox
+    gpu_standin_install 1 2
+}
