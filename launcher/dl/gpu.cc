@@ -44,7 +44,10 @@ const DriverFiles kDriverFiles[] = {
       "libnvidia-glvkspirv.so.", "libnvidia-gpucomp.so."}, {}},
     {kCapDisplay, {"libnvidia-wayland-client.so."}, {}},
 };
-constexpr const char* kBinDirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin"};
+// /usr/local/nvidia/bin: where nodes that keep the driver in /usr/local/nvidia (its lib64 in the
+// ld.so cache) have nvidia-smi.
+constexpr const char* kBinDirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin",
+                                    "/usr/local/nvidia/bin"};
 
 bool exists(const std::string& p) {
   struct stat st;

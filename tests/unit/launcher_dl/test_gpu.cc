@@ -198,6 +198,16 @@ START_TEST(driver_libraries_come_from_the_ld_cache) {
   for (const auto& b : driver_binds(root, cache, kCapUtility, "/usr/lib64")) dests.insert(b.bind.destination);
   ck_assert(dests.count("/usr/lib64/libnvidia-ml.so.1") && dests.count("/usr/bin/nvidia-smi"));
   ck_assert(!dests.count("/usr/lib64/libcuda.so.1"));
+  // A node that keeps the driver under /usr/local/nvidia has nvidia-smi in its bin/.
+  std::string nv = make_scratch();
+  write_file(nv + "/usr/local/nvidia/bin/nvidia-smi", "");
+  dests.clear();
+  for (const auto& b : driver_binds(nv, cache, kCapUtility, "/usr/lib64")) {
+    dests.insert(b.bind.destination);
+    if (b.bind.destination == "/usr/bin/nvidia-smi")
+      EXPECT_STR(b.bind.source, nv + "/usr/local/nvidia/bin/nvidia-smi");
+  }
+  ck_assert(dests.count("/usr/bin/nvidia-smi"));
 }
 END_TEST
 
