@@ -19,6 +19,9 @@ namespace {
 constexpr const char* kControlDevices[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
                                            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 constexpr const char* kProcGpus = "/proc/driver/nvidia/gpus";
+// nvidia-persistenced's socket, through which NVML and CUDA reach the daemon that keeps the GPUs
+// initialised (libnvidia-container binds it for compute and utility too).
+constexpr const char* kPersistencedSocket = "/run/nvidia-persistenced/socket";
 
 // The driver's user-space libraries and tools per capability, as soname prefixes (the driver
 // version follows them: "libnvidia-gpucomp.so.580.65.06"); libnvidia-container's lists of the
@@ -286,6 +289,10 @@ std::vector<PlannedBind> driver_binds(const std::string& root, const LdCache& ho
         break;
       }
   }
+  if ((caps & (kCapCompute | kCapUtility)) && exists(in_root(root, kPersistencedSocket)))
+    out.push_back({{.source = in_root(root, kPersistencedSocket), .destination = kPersistencedSocket,
+                    .read_only = false, .recursive = false},
+                   "nvidia-persistenced's socket"});
   return out;
 }
 

@@ -195,6 +195,12 @@ START_TEST(void_exposes_nothing_all_exposes_the_step) {
   ck_assert(dests.count("/usr/lib/x86_64-linux-gnu/libcuda.so.1"));
   ck_assert(dests.count("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"));
   ck_assert(dests.count("/usr/bin/nvidia-smi") && dests.count("/usr/bin/nvidia-cuda-mps-control"));
+  ck_assert(!dests.count("/run/nvidia-persistenced/socket"));
+  write_file(n.root + "/run/nvidia-persistenced/socket", "");  // where the daemon runs
+  plan = plan_gpu_node(node_input(n, {}, {{"NVIDIA_VISIBLE_DEVICES", "all"}}));
+  ck_assert(destinations(plan->binds).count("/run/nvidia-persistenced/socket"));
+  plan = plan_gpu_node(node_input(n, {}, {{"NVIDIA_VISIBLE_DEVICES", "all"},
+                                          {"NVIDIA_DRIVER_CAPABILITIES", "compute,utility"}}));
   std::string source;
   auto task = plan_gpu_task_exposure(*plan, task_input(n, "1,3"), source);
   ck_assert(task.ok());
