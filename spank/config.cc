@@ -167,6 +167,14 @@ constexpr std::array kConfigKeys = {
                 c.mpi_abi = *rule;
                 return Status();
               }},
+    ConfigKey{"dl_gpus", "default of --dl-gpus: N, auto or none; unset (the default): GPUs as "
+                         "the container's NVIDIA_VISIBLE_DEVICES asks, as with pyxis+enroot",
+              [](PluginConfig& c, std::string_view v) {
+                auto g = launcher::parse_dl_gpus(v);
+                if (!g.ok()) return g.status();
+                c.dl_gpus = *g;
+                return Status();
+              }},
     ConfigKey{"master_port_range", "LO-HI range of MASTER_PORT (default 29500-29999)",
               [](PluginConfig& c, std::string_view v) {
                 auto r = launcher::parse_port_range(v);

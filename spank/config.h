@@ -13,6 +13,7 @@
 #include "dl/dl_env.h"
 #include "dl/fabric.h"
 #include "dl/host_libs.h"
+#include "options/job_options.h"
 #include "image/import.h"
 #include "image/registry.h"
 
@@ -43,6 +44,7 @@ struct PluginConfig {
   launcher::MpiAbiRule mpi_abi = launcher::MpiAbiRule::kFull;  // mpi_abi_check=
   launcher::PortRange master_ports;  // master_port_range=
   launcher::FabricPolicy fabric = launcher::default_fabric_policy();  // fabric_devices=
+  launcher::DlGpus dl_gpus;          // dl_gpus=: the default of --dl-gpus (kUnset: NVIDIA_* decide)
 };
 
 launcher::Result<PluginConfig> parse_plugin_args(int argc, char** argv);

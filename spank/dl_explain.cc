@@ -19,8 +19,7 @@ std::string bind_line(const launcher::PlannedBind& b) {
 }  // namespace
 
 std::string explain_text(const TaskPlan& plan, const launcher::InjectionPlan& injection,
-                         const std::vector<launcher::PlannedBind>& driver,
-                         const std::string& failure) {
+                         const launcher::GpuNodePlan& gpu, const std::string& failure) {
   const auto& t = plan.placement;
   const std::string p = "slipway-explain: task " + std::to_string(t.rank) + ": ";
   std::string out = p + "rank " + std::to_string(t.rank) + " of " + std::to_string(t.world_size) +
@@ -45,7 +44,13 @@ std::string explain_text(const TaskPlan& plan, const launcher::InjectionPlan& in
     out += p + "inject " + l.soname + " from " + l.host_path + " (set " + l.set + "): " + l.why + "\n";
   for (const auto& b : injection.binds)  // the libraries' own binds: said by their "inject" lines
     if (b.bind.destination.rfind(launcher::kHostLibDir, 0) != 0) out += p + bind_line(b) + "\n";
-  for (const auto& b : driver) out += p + bind_line(b) + "\n";
+  if (gpu.expose)
+    out += p + "driver " + (gpu.driver.version.empty() ? std::string("unknown") : gpu.driver.version) +
+           " (CUDA " + gpu.driver.cuda() + "), capabilities " +
+           launcher::format_capabilities(gpu.request.capabilities) + ", libraries in " + gpu.lib_dir +
+           "\n";
+  for (const auto& note : gpu.notes) out += p + "gpus: " + note + "\n";
+  for (const auto& b : gpu.binds) out += p + bind_line(b) + "\n";
   for (const auto& c : injection.checks) out += p + "check ok: " + c + "\n";
   for (const auto& w : injection.warnings) out += p + "check warning: " + w + "\n";
   if (!failure.empty()) out += p + "would fail: " + failure + "\n";
@@ -53,8 +58,8 @@ std::string explain_text(const TaskPlan& plan, const launcher::InjectionPlan& in
 }
 
 void explain_and_exit(const TaskPlan& plan, const launcher::InjectionPlan& injection,
-                      const std::vector<launcher::PlannedBind>& driver, const std::string& failure) {
-  const std::string text = explain_text(plan, injection, driver, failure);
+                      const launcher::GpuNodePlan& gpu, const std::string& failure) {
+  const std::string text = explain_text(plan, injection, gpu, failure);
   for (size_t off = 0; off < text.size();) {
     ssize_t n = write(STDOUT_FILENO, text.data() + off, text.size() - off);
     if (n <= 0) break;

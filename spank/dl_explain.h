@@ -9,6 +9,7 @@
 
 #include "dl/dl_env.h"
 #include "dl/gpu.h"
+#include "dl/gpu_exposure.h"
 #include "dl/host_libs.h"
 
 namespace slipway::spank {
@@ -24,13 +25,12 @@ struct TaskPlan {
 
 // The explanation as lines of text (unit-testable).
 std::string explain_text(const TaskPlan& plan, const launcher::InjectionPlan& injection,
-                         const std::vector<launcher::PlannedBind>& driver,
-                         const std::string& failure);
+                         const launcher::GpuNodePlan& gpu, const std::string& failure);
 
 // Writes explain_text() to fd 1 and ends the task: status 0, or 1 when `failure` is set (the
 // launch would have failed with it).
 [[noreturn]] void explain_and_exit(const TaskPlan& plan, const launcher::InjectionPlan& injection,
-                                   const std::vector<launcher::PlannedBind>& driver,
+                                   const launcher::GpuNodePlan& gpu,
                                    const std::string& failure);
 
 }  // namespace slipway::spank

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copyright The Slipway authors
 // Deep-learning wiring of a step (see dl_hooks.h): in user_init, the node-wide part (host library
-// injection with its checks, the GPU driver's libraries); in task_init, the task's part (its GPUs
-// by local rank, its DL environment, CPU affinity) and --dl-explain. The decisions are made by
-// launcher/dl; this file only reads Slurm's view of the task and applies them.
+// injection with its checks; the GPU exposure the container's NVIDIA_* variables or --dl-gpus ask
+// for, with the driver's libraries); in task_init, the task's part (its GPUs, its DL environment,
+// CPU affinity) and --dl-explain. The decisions are made by launcher/ (step/step_gpus.h, dl/); this
+// file only reads Slurm's view of the task and applies them.
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "dl/dl_env.h"
 #include "dl/gpu.h"
 #include "dl/host_libs.h"
+#include "step/step_gpus.h"
 #include "dl_explain.h"
 #include "dl_hooks.h"
 #include "log.h"
@@ -30,17 +34,13 @@ using launcher::Status;
 // so they inherit it.
 struct DlNode {
   launcher::InjectionPlan injection;
-  std::vector<PlannedBind> driver;
+  launcher::GpuNodePlan gpu;
   std::string failed;  // why the node-wide part failed; kept for --dl-explain to show
 };
 
 DlNode& dl_node() {
   static DlNode n;
   return n;
-}
-
-bool wants_gpus(const launcher::DlGpus& g) {
-  return g.mode == launcher::DlGpus::Mode::kCount || g.mode == launcher::DlGpus::Mode::kAuto;
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
@@ -71,15 +71,31 @@ Status plan_host_libs(const PluginState& st, const launcher::LdCache& cache,
   return Status();
 }
 
-Status prepare_node(const PluginState& st, launcher::LaunchSpec& spec, DlNode& n) {
-  const bool gpus = wants_gpus(st.options.dl_gpus);
-  if (st.options.dl_host_libs.empty() && !gpus) return Status();
+// The names of the job's environment variables (for NVIDIA_REQUIRE_*).
+std::vector<std::string> job_env_names(spank_t sp) {
+  std::vector<std::string> names;
+  char** env = nullptr;
+  if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env) return names;
+  for (char** e = env; *e; ++e) names.emplace_back(*e, strcspn(*e, "="));
+  return names;
+}
+
+Status prepare_node(spank_t sp, const PluginState& st, launcher::LaunchSpec& spec, DlNode& n) {
+  launcher::StepGpuInput in{.site_default = st.config.dl_gpus,
+                            .job_env = [sp](const std::string& name) {
+                              return job_getenv(sp, name.c_str());
+                            },
+                            .job_env_names = job_env_names(sp),
+                            .node = node_name()};
+  auto gpu = launcher::plan_step_gpus(*st.step, st.options, in);
+  SLIPWAY_TRY(gpu);
+  n.gpu = std::move(*gpu);
+  for (const auto& b : n.gpu.binds) spec.binds.push_back(b.bind);
+  if (st.options.dl_host_libs.empty()) return Status();
   auto cache = launcher::LdCache::load("/etc/ld.so.cache");
   SLIPWAY_TRY(cache);
-  if (!st.options.dl_host_libs.empty()) SLIPWAY_TRY(plan_host_libs(st, *cache, spec.rootfs, n));
-  if (gpus) n.driver = launcher::driver_binds("/", *cache);
+  SLIPWAY_TRY(plan_host_libs(st, *cache, spec.rootfs, n));
   for (const auto& b : n.injection.binds) spec.binds.push_back(b.bind);
-  for (const auto& b : n.driver) spec.binds.push_back(b.bind);
   return Status();
 }
 
@@ -113,34 +129,22 @@ std::string empty_dir(const PluginState& st) {
 
 Status plan_gpus(spank_t sp, const PluginState& st, const launcher::TaskPlacement& t,
                  TaskPlan& plan) {
-  using Mode = launcher::GpuRequest::Mode;
-  const auto& g = st.options.dl_gpus;
-  if (g.mode == launcher::DlGpus::Mode::kUnset) return Status();
-  auto node = launcher::node_gpus("/");
-  auto step = launcher::step_gpus(node, job_getenv(sp, "SLURM_STEP_GPUS"),
-                                  job_getenv(sp, "CUDA_VISIBLE_DEVICES"));
-  SLIPWAY_TRY(step);
-  launcher::GpuRequest req;
-  req.mode = g.mode == launcher::DlGpus::Mode::kNone   ? Mode::kNone
-             : g.mode == launcher::DlGpus::Mode::kAuto ? Mode::kAuto
-                                                       : Mode::kCount;
-  req.count = g.count;
-  req.local_rank = t.local_rank;
-  req.local_tasks = t.local_world_size;
-  req.node = node_name();
-  auto selected = launcher::select_gpus(*step, req);
-  SLIPWAY_TRY(selected);
-  plan.gpu = launcher::plan_gpu_task("/", node, *selected, empty_dir(st));
-  plan.gpu_source = step->source;
+  launcher::GpuTaskInput in{.slurm_step_gpus = job_getenv(sp, "SLURM_STEP_GPUS"),
+                            .cuda_visible_devices = job_getenv(sp, "CUDA_VISIBLE_DEVICES"),
+                            .local_rank = t.local_rank, .local_tasks = t.local_world_size,
+                            .node = node_name(), .empty_dir = empty_dir(st)};
+  auto gpu = launcher::plan_gpu_task_exposure(dl_node().gpu, in, plan.gpu_source);
+  SLIPWAY_TRY(gpu);
+  plan.gpu = std::move(*gpu);
   return Status();
 }
 
-// Host libraries and the driver's come first on the library path (see host_libs.h for why).
+// Host libraries come first on the library path (see host_libs.h for why). The driver's need no
+// entry: they are in a directory the image's loader searches anyway (dl/gpu_exposure.h).
 void plan_library_path(spank_t sp, TaskPlan& plan) {
   const DlNode& n = dl_node();
   std::vector<std::string> dirs;
   if (!n.injection.libs.empty()) dirs.push_back(launcher::kHostLibDir);
-  if (!n.driver.empty()) dirs.push_back(launcher::kDriverLibDir);
   if (dirs.empty()) return;
   std::string path = join(dirs, ":");
   if (auto old = job_getenv(sp, "LD_LIBRARY_PATH"); old && !old->empty()) path += ":" + *old;
@@ -155,22 +159,15 @@ Status apply(spank_t sp, const TaskPlan& plan, launcher::TaskView& view) {
       if (spank_setenv(sp, e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0) != ESPANK_SUCCESS &&
           e.overwrite)
         return Status::error("cannot set " + e.name + " for the task", EINVAL);
-  if (plan.gpu.cpus.empty()) return Status();
-  // Narrow, never widen, what Slurm's task affinity already chose.
-  cpu_set_t now, mine;
-  CPU_ZERO(&mine);
-  if (sched_getaffinity(0, sizeof now, &now) != 0) return Status();
-  for (int c : plan.gpu.cpus)
-    if (c < CPU_SETSIZE && CPU_ISSET(c, &now)) CPU_SET(c, &mine);
-  if (CPU_COUNT(&mine) > 0) sched_setaffinity(0, sizeof mine, &mine);
+  launcher::narrow_affinity(plan.gpu.cpus);
   return Status();
 }
 
 }  // namespace
 
-Status prepare_dl_node(spank_t, const PluginState& st, launcher::LaunchSpec& spec) {
+Status prepare_dl_node(spank_t sp, const PluginState& st, launcher::LaunchSpec& spec) {
   DlNode& n = dl_node();
-  Status s = prepare_node(st, spec, n);
+  Status s = prepare_node(sp, st, spec, n);
   if (s.ok() || !st.options.dl_explain) return s;
   n.failed = s.message();  // --dl-explain shows it from task_init, where the user sees it
   return Status();
@@ -188,7 +185,7 @@ Status prepare_dl_task(spank_t sp, const PluginState& st, launcher::TaskView& vi
   Status gpus = plan_gpus(sp, st, t, plan);
   plan_library_path(sp, plan);
   if (st.options.dl_explain) {
-    explain_and_exit(plan, n.injection, n.driver, n.failed.empty() ? gpus.message() : n.failed);
+    explain_and_exit(plan, n.injection, n.gpu, n.failed.empty() ? gpus.message() : n.failed);
   }
   SLIPWAY_TRY(gpus);
   for (const auto& w : n.injection.warnings)

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,12 +29,14 @@
 #include "common/file_util.h"
 #include "image/cache.h"
 #include "dl/dl_env.h"
+#include "dl/gpu_exposure.h"
 #include "options/container_plan.h"
 #include "options/entrypoint.h"
 #include "runtime/container.h"
 #include "runtime/seccomp.h"
 #include "options/save.h"
 #include "step/step.h"
+#include "step/step_gpus.h"
 
 namespace slipway::launcher::cli {
 namespace {
@@ -54,9 +57,9 @@ Result<JobOptions> parse_options(const std::vector<std::string>& args, size_t en
     for (const auto& o : option_table())
       if (name == o.name) spec = &o;
     if (!spec) return Status::error("run: unknown option '" + a + "'; see 'slipway help'", EINVAL);
-    // GPU binding and host library injection need what only the plugin has (the step's GPUs on
-    // the node, the site's library sets): refused rather than silently ignored.
-    if (spec->id >= OptionId::kDlGpus)
+    // Host library injection and --dl-explain need what only the plugin has (the site's library
+    // sets, its view of every task): refused rather than silently ignored. --dl-gpus works here.
+    if (spec->id > OptionId::kDlGpus)
       return Status::error("run: --" + name + " is applied by the Slurm plugin (srun --" + name +
                                ", spank_slipway(8)), not by 'slipway run'; drop it here",
                            EINVAL);
@@ -85,6 +88,7 @@ struct Prepared {
   std::optional<SeccompProgram> seccomp;  // compiled before entering (runtime/seccomp.h)
   bool entrypoint = false;                // --container-entrypoint, and the image has one
   bool save = false;                      // --container-save, and this node saves
+  GpuNodePlan gpu;                        // the container's GPUs (step/step_gpus.h)
 };
 
 // Where named containers live: SLIPWAY_RUNTIME_DIR/UID (runtime_dir= of the plugin), else the
@@ -96,6 +100,44 @@ std::string containers_root(const std::string& cache) {
   if (!runtime.empty()) return runtime + "/" + std::to_string(getuid());
   const std::string local = default_cache_dir(getuid());
   return (env_or("SLIPWAY_CACHE_DIR", "").empty() ? cache : local) + "/containers";
+}
+
+std::optional<std::string> job_env(const std::string& name) {
+  const char* v = getenv(name.c_str());
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+extern "C" char** environ;
+
+// The container's GPUs as the plugin gives them (step/step_gpus.h): --dl-gpus, else the
+// container's NVIDIA_* variables; SLIPWAY_DL_GPUS is the default a site's module file may set.
+// The driver's libraries and tools join the container's binds.
+Status prepare_gpus(Prepared& p) {
+  StepGpuInput in;
+  in.job_env = job_env;
+  in.node = host_name();
+  for (char** e = environ; *e; ++e) in.job_env_names.emplace_back(*e, strcspn(*e, "="));
+  auto gpu = plan_step_gpus(p.step, p.opts, in);
+  SLIPWAY_TRY(gpu);
+  p.gpu = std::move(*gpu);
+  for (const auto& b : p.gpu.binds) p.step.spec.binds.push_back(b.bind);
+  return Status();
+}
+
+// This task's GPUs: under srun its local rank among the node's tasks, else the only task.
+Result<GpuTaskPlan> task_gpus(const Prepared& p) {
+  GpuTaskInput in;
+  in.slurm_step_gpus = job_env("SLURM_STEP_GPUS");
+  in.cuda_visible_devices = job_env("CUDA_VISIBLE_DEVICES");
+  in.node = host_name();
+  if (!p.run_dir.empty()) {
+    auto t = placement_from_env([](const char* n) -> const char* { return getenv(n); });
+    if (t.ok()) in.local_rank = t->local_rank, in.local_tasks = t->local_world_size;
+  }
+  const std::string empty = import_options().cache_dir + "/empty";
+  if (mkdir(empty.c_str(), 0755) == 0 || errno == EEXIST) in.empty_dir = empty;
+  std::string source;
+  return plan_gpu_task_exposure(p.gpu, in, source);
 }
 
 // The step's container (step/step.h prepare_step) from the command line and the SLIPWAY_*
@@ -153,6 +195,7 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   auto step = prepare_step(in);
   SLIPWAY_TRY(step);
   p.step = std::move(*step);
+  SLIPWAY_TRY(prepare_gpus(p));
   struct utsname machine = {};
   uname(&machine);
   auto filter = cached_fake_root_filter(cache + "/seccomp-" + machine.machine + "-v" +
@@ -164,8 +207,6 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   p.save = !p.opts.save_path.empty() && (p.run_dir.empty() || env_or("SLURM_NODEID", "0") == "0");
   return p;
 }
-
-extern "C" char** environ;
 
 // --container-entrypoint in HOLDER's container: what it exported, or why it failed.
 Result<EntrypointRun> entrypoint_in(const ContainerHolder& holder, const Prepared& p) {
@@ -257,6 +298,15 @@ Result<std::vector<EnvSetting>> task_dl_env() {
   return dl_environment(*t, range);
 }
 
+// The task's GPU devices join its binds, its GPU variables its environment, and its CPUs narrow
+// to those near its GPUs.
+TaskView with_gpus(TaskView view, const GpuTaskPlan& gpu) {
+  for (const auto& b : gpu.binds) view.binds.push_back(b.bind);
+  for (const auto& e : gpu.env) setenv(e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0);
+  narrow_affinity(gpu.cpus);
+  return view;
+}
+
 // Locks down and execs; never returns. `entered` says how getting into the container went.
 [[noreturn]] void exec_command(Status st, const Prepared& p, std::vector<std::string> command) {
   if (st.ok()) st = lock_down(p.seccomp);
@@ -272,8 +322,9 @@ Result<std::vector<EnvSetting>> task_dl_env() {
 // entrypoint exported, then the DL environment. Never returns.
 [[noreturn]] void exec_in(const ContainerHolder& holder, const Prepared& p,
                           const std::vector<std::string>& exported,
-                          const std::vector<EnvSetting>& dl_env, std::vector<std::string> command) {
-  const TaskView view = enter_environment(p, exported);
+                          const std::vector<EnvSetting>& dl_env, const GpuTaskPlan& gpu,
+                          std::vector<std::string> command) {
+  const TaskView view = with_gpus(enter_environment(p, exported), gpu);
   for (const auto& e : dl_env) setenv(e.name.c_str(), e.value.c_str(), e.overwrite ? 1 : 0);
   exec_command(join_container(holder, p.step.spec, view), p, std::move(command));
 }
@@ -321,9 +372,13 @@ int cmd_run(std::vector<std::string>& args) {
   if (run_dir.empty() && !p->entrypoint && !p->save && is_single_threaded()) {
     // No process of ours stays behind: the command itself keeps the image in use.
     if (p->step.image_in_use) p->step.image_in_use->keep_across_exec();
-    const TaskView view = enter_environment(*p, {});
+    auto gpu = task_gpus(*p);
+    if (!gpu.ok()) return fail(gpu.status().message());
+    const TaskView view = with_gpus(enter_environment(*p, {}), *gpu);
     exec_command(enter_container(p->step.spec, view), *p, std::move(command));
   }
+  auto gpu = task_gpus(*p);
+  if (!gpu.ok()) return fail(gpu.status().message());
   std::vector<EnvSetting> dl_env;
   if (!run_dir.empty()) {
     auto env = task_dl_env();
@@ -347,7 +402,7 @@ int cmd_run(std::vector<std::string>& args) {
     (void)!write(STDERR_FILENO, entrypoint_output.data(), entrypoint_output.size());
   // The command gets the signal dispositions `slipway run` was given, as from a shell.
   auto child = spawn({.keep_signals = true}, [&](int) -> int {
-    exec_in(*holder, *p, exported, dl_env, std::move(command));
+    exec_in(*holder, *p, exported, dl_env, *gpu, std::move(command));
   });
   if (!child.ok()) return fail("cannot start the command: " + child.status().message());
   int status = wait_child(*child);

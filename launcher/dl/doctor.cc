@@ -25,6 +25,7 @@
 #include "common/file_util.h"
 #include "common/unique_fd.h"
 #include "dl/gpu.h"
+#include "dl/nvidia_env.h"
 #include "dl/ld_cache.h"
 #include "runtime/squashfs_mount.h"
 
@@ -275,9 +276,12 @@ Finding check_gpus(const std::string& root) {
               "load the nvidia and nvidia-uvm modules (nvidia-modprobe -u -c=0)"};
   auto cache = LdCache::load(in_root(root, "/etc/ld.so.cache"));
   const LdCacheEntry* cuda = cache.ok() ? cache->find("libcuda.so.1") : nullptr;
-  if (!cuda)
-    return {"gpus", Verdict::kFail, detail + ", but libcuda.so.1 is not in the ld.so cache",
-            "install the driver's user-space libraries and run ldconfig"};
+  for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"})
+    if (!cache.ok() || !cache->find(lib))
+      return {"gpus", Verdict::kFail, detail + ", but " + lib + " is not in the ld.so cache",
+              "install the driver's user-space libraries and run ldconfig"};
+  const DriverInfo driver = host_driver(root, *cache);
+  if (!driver.version.empty()) detail += ", driver " + driver.version + " (CUDA " + driver.cuda() + ")";
   return {"gpus", Verdict::kOk, detail + ", libcuda.so.1 -> " + cuda->path, ""};
 }
 

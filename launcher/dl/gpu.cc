@@ -13,23 +13,46 @@
 #include <set>
 #include <sstream>
 
+#include "dl/nvidia_env.h"
+
 namespace slipway::launcher {
 namespace {
 
 constexpr const char* kControlDevices[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
                                            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 constexpr const char* kProcGpus = "/proc/driver/nvidia/gpus";
+// nvidia-persistenced's socket, through which NVML and CUDA reach the daemon that keeps the GPUs
+// initialised (libnvidia-container binds it for compute and utility too).
+constexpr const char* kPersistencedSocket = "/run/nvidia-persistenced/socket";
 
-// The driver's user-space libraries a CUDA program may load (libnvidia-container's compute and
-// utility sets), as soname prefixes: "libnvidia-gpucomp.so." carries the driver version.
-constexpr const char* kDriverLibraries[] = {
-    "libcuda.so.",          "libcudadebugger.so.",     "libnvidia-ml.so.",
-    "libnvidia-ptxjitcompiler.so.", "libnvidia-nvvm.so.", "libnvidia-gpucomp.so.",
-    "libnvidia-cfg.so.",    "libnvidia-opencl.so.",    "libnvidia-allocator.so.",
-    "libnvidia-pkcs11.so.", "libnvidia-pkcs11-openssl3.so."};
-constexpr const char* kDriverTools[] = {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced",
-                                        "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"};
-constexpr const char* kBinDirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin"};
+// The driver's user-space libraries and tools per capability, as soname prefixes (the driver
+// version follows them: "libnvidia-gpucomp.so.580.65.06"); libnvidia-container's lists of the
+// same names (NVIDIA/libnvidia-container src/nvc_info.c, its per-capability library lists).
+struct DriverFiles {
+  unsigned caps;
+  std::vector<const char*> libs, tools;
+};
+const DriverFiles kDriverFiles[] = {
+    {kCapUtility, {"libnvidia-ml.so.", "libnvidia-cfg.so."},
+     {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"}},
+    {kCapCompute,
+     {"libcuda.so.", "libcudadebugger.so.", "libnvidia-ptxjitcompiler.so.", "libnvidia-nvvm.so.",
+      "libnvidia-gpucomp.so.", "libnvidia-opencl.so.", "libnvidia-allocator.so.",
+      "libnvidia-pkcs11.so.", "libnvidia-pkcs11-openssl3.so.", "libnvidia-fatbinaryloader.so."},
+     {"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}},
+    {kCapVideo, {"libvdpau_nvidia.so.", "libnvidia-encode.so.", "libnvidia-opticalflow.so.",
+                 "libnvcuvid.so."}, {}},
+    {kCapGraphics,
+     {"libnvidia-eglcore.so.", "libnvidia-glcore.so.", "libnvidia-tls.so.", "libnvidia-glsi.so.",
+      "libnvidia-fbc.so.", "libnvidia-rtcore.so.", "libnvoptix.so.", "libGLX_nvidia.so.",
+      "libEGL_nvidia.so.", "libGLESv2_nvidia.so.", "libGLESv1_CM_nvidia.so.",
+      "libnvidia-glvkspirv.so.", "libnvidia-gpucomp.so."}, {}},
+    {kCapDisplay, {"libnvidia-wayland-client.so."}, {}},
+};
+// /usr/local/nvidia/bin: where nodes that keep the driver in /usr/local/nvidia (its lib64 in the
+// ld.so cache) have nvidia-smi.
+constexpr const char* kBinDirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin",
+                                    "/usr/local/nvidia/bin"};
 
 bool exists(const std::string& p) {
   struct stat st;
@@ -209,10 +232,7 @@ GpuTaskPlan plan_gpu_task(const std::string& root, const std::vector<GpuDevice>&
                           why});
   };
   for (int m : selected) device("/dev/nvidia" + std::to_string(m), "this task's GPU " + std::to_string(m));
-  for (const char* ctl : kControlDevices)
-    if (exists(in_root(root, ctl))) device(ctl, "driver control device, needed by every CUDA program");
-  if (exists(in_root(root, "/dev/nvidia-caps")))
-    device("/dev/nvidia-caps", "MIG and fabric capability devices");
+  for (auto& b : control_device_binds(root)) plan.binds.push_back(std::move(b));
   std::vector<std::string> ids;
   std::set<int> cpus;
   for (const auto& g : node) {
@@ -248,23 +268,46 @@ GpuTaskPlan plan_gpu_task(const std::string& root, const std::vector<GpuDevice>&
   return plan;
 }
 
-std::vector<PlannedBind> driver_binds(const std::string& root, const LdCache& host_cache) {
+std::vector<PlannedBind> driver_binds(const std::string& root, const LdCache& host_cache,
+                                      unsigned caps, const std::string& lib_dir) {
   std::vector<PlannedBind> out;
-  for (const char* prefix : kDriverLibraries)
-    for (const auto* e : host_cache.with_prefix(prefix))
-      out.push_back({{.source = in_root(root, e->path),
-                      .destination = std::string(kDriverLibDir) + "/" + e->name,
-                      .read_only = true, .recursive = false},
-                     "NVIDIA driver library (host ld.so cache: " + e->path + ")"});
-  for (const char* tool : kDriverTools)
-    for (const char* dir : kBinDirs) {
-      std::string host = std::string(dir) + "/" + tool;
-      if (!exists(in_root(root, host))) continue;
-      out.push_back({{.source = in_root(root, host), .destination = std::string("/usr/bin/") + tool,
-                      .read_only = true, .recursive = false},
-                     "NVIDIA driver tool " + host});
-      break;
-    }
+  std::set<std::string> seen;  // a soname selected by two capabilities is bound once
+  for (const auto& set : kDriverFiles) {
+    if (!(caps & set.caps)) continue;
+    for (const char* prefix : set.libs)
+      for (const auto* e : host_cache.with_prefix(prefix)) {
+        if (!seen.insert(e->name).second) continue;
+        out.push_back({{.source = in_root(root, e->path), .destination = lib_dir + "/" + e->name,
+                        .read_only = true, .recursive = false},
+                       "NVIDIA driver library (host ld.so cache: " + e->path + ")"});
+      }
+    for (const char* tool : set.tools)
+      for (const char* dir : kBinDirs) {
+        std::string host = std::string(dir) + "/" + tool;
+        if (!exists(in_root(root, host))) continue;
+        out.push_back({{.source = in_root(root, host), .destination = std::string("/usr/bin/") + tool,
+                        .read_only = true, .recursive = false},
+                       "NVIDIA driver tool " + host});
+        break;
+      }
+  }
+  if ((caps & (kCapCompute | kCapUtility)) && exists(in_root(root, kPersistencedSocket)))
+    out.push_back({{.source = in_root(root, kPersistencedSocket), .destination = kPersistencedSocket,
+                    .read_only = false, .recursive = false},
+                   "nvidia-persistenced's socket"});
+  return out;
+}
+
+std::vector<PlannedBind> control_device_binds(const std::string& root) {
+  std::vector<PlannedBind> out;
+  auto device = [&](const char* path, const char* why) {
+    out.push_back({{.source = in_root(root, path), .destination = path, .read_only = false,
+                    .recursive = false, .allow_devices = true},
+                   why});
+  };
+  for (const char* ctl : kControlDevices)
+    if (exists(in_root(root, ctl))) device(ctl, "driver control device, needed by every CUDA program");
+  if (exists(in_root(root, "/dev/nvidia-caps"))) device("/dev/nvidia-caps", "MIG and fabric capability devices");
   return out;
 }
 

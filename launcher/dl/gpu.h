@@ -72,12 +72,15 @@ struct GpuTaskPlan {
 GpuTaskPlan plan_gpu_task(const std::string& root, const std::vector<GpuDevice>& node,
                           const std::vector<int>& selected, const std::string& empty_dir);
 
-// The driver's user-space libraries (libcuda, libnvidia-ml, libnvidia-ptxjitcompiler, ...) as the
-// host's ld.so cache has them, bound read-only under kDriverLibDir, and its tools (nvidia-smi, ...)
-// from the host's bin directories, bound over /usr/bin/NAME.
-std::vector<PlannedBind> driver_binds(const std::string& root, const LdCache& host_cache);
+// The driver's user-space libraries that capabilities CAPS select (nvidia_env.h; libnvidia-container's
+// lists per capability), as the host's ld.so cache has them, bound read-only under LIB_DIR inside,
+// and its tools (nvidia-smi, ...) from the host's bin directories, bound over /usr/bin/NAME.
+std::vector<PlannedBind> driver_binds(const std::string& root, const LdCache& host_cache,
+                                      unsigned caps, const std::string& lib_dir);
 
-inline constexpr const char* kDriverLibDir = "/opt/slipway/driver/lib";
+// The driver's control devices that exist (nvidiactl, nvidia-uvm, nvidia-uvm-tools,
+// nvidia-modeset, nvidia-caps/), as device binds.
+std::vector<PlannedBind> control_device_binds(const std::string& root);
 
 // "0-3,8,10-11" (sysfs cpulist(5) syntax) to {0,1,2,3,8,10,11}.
 Result<std::vector<int>> parse_cpulist(std::string_view text);

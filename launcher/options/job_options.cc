@@ -218,7 +218,8 @@ constexpr std::array kOptions = {
                "CONTAINER_UNSHARE", set_unshare},
     OptionSpec{OptionId::kDlGpus, "dl-gpus", "N|auto|none",
                "[slipway] GPUs per task, chosen by local rank from the step's GPUs on the node "
-               "(auto: divide them evenly among the node's tasks)",
+               "(auto: divide them evenly among the node's tasks; none: no GPU); without it, the "
+               "GPUs the container's NVIDIA_VISIBLE_DEVICES asks for, as with pyxis",
                "DL_GPUS", set_dl_gpus},
     OptionSpec{OptionId::kDlHostLibs, "dl-host-libs", "SET[,SET...]",
                "[slipway] inject these site-configured host library sets (e.g. mpi,nccl) into the "

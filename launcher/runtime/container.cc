@@ -10,6 +10,7 @@
 //    and a lazy unmount of the old root (pivot_root(2), "NOTES").
 #include "runtime/container.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <net/if.h>
@@ -22,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -370,10 +372,75 @@ Status pivot_into(const std::string& root, const TaskView& task) {
 
 std::string root_of(const LaunchSpec& spec) { return spec.scratch_dir + "/root"; }
 
+// A task that binds device nodes (its GPUs) gets a /dev of its own: a new tmpfs holding binds of
+// the shared /dev's entries, so that the mount points it creates are not left in the /dev of the
+// node's other tasks (another task's GPU would show there as an empty file /dev/nvidiaN, which a
+// CUDA program would try to open).
+Status private_dev(int root_fd) {
+  auto shared = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
+  SLIPWAY_TRY(shared);
+  UniqueFd old(openat(shared->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!old.valid()) return Status::from_errno("open /dev in container", errno);
+  struct Entry {
+    std::string name, link;
+    UniqueFd tree;
+    bool dir = false;
+  };
+  std::vector<Entry> entries;
+  DIR* d = fdopendir(dup(old.get()));
+  if (!d) return Status::from_errno("read /dev in container", errno);
+  while (dirent* e = readdir(d)) {
+    Entry en{e->d_name, "", UniqueFd(), false};
+    if (en.name == "." || en.name == "..") continue;
+    char target[4096];
+    ssize_t n = readlinkat(old.get(), e->d_name, target, sizeof target - 1);
+    if (n >= 0) {
+      en.link.assign(target, static_cast<size_t>(n));
+    } else {
+      struct stat st;
+      en.tree.reset(open_tree(old.get(), e->d_name, OPEN_TREE_CLONE | AT_RECURSIVE | OPEN_TREE_CLOEXEC));
+      if (!en.tree.valid() || fstat(en.tree.get(), &st) != 0) {
+        closedir(d);
+        return Status::from_errno("bind /dev/" + en.name + " for the task", errno);
+      }
+      en.dir = S_ISDIR(st.st_mode);
+    }
+    entries.push_back(std::move(en));
+  }
+  closedir(d);
+  SLIPWAY_SYS(mount("tmpfs", fd_path(shared->get()).c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC,
+                    "mode=0755,size=64k"),
+              "mount the task's tmpfs on /dev");
+  auto top = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
+  SLIPWAY_TRY(top);
+  UniqueFd dev(openat(top->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dev.valid()) return Status::from_errno("open the task's /dev", errno);
+  for (auto& en : entries) {
+    if (!en.tree.valid()) {
+      SLIPWAY_SYS(symlinkat(en.link.c_str(), dev.get(), en.name.c_str()), "symlink /dev/" + en.name);
+      continue;
+    }
+    UniqueFd target;
+    if (en.dir && mkdirat(dev.get(), en.name.c_str(), 0755) == 0)
+      target.reset(openat(dev.get(), en.name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    else if (!en.dir)
+      target.reset(openat(dev.get(), en.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!target.valid()) return Status::from_errno("create /dev/" + en.name + " for the task", errno);
+    SLIPWAY_SYS(move_mount(en.tree.get(), "", target.get(), "",
+                           MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+                "bind /dev/" + en.name + " for the task");
+  }
+  return Status();
+}
+
 // The task's binds land on the shared overlay, which is read-only: lift that on this task's own
-// copy of the mount just long enough to create the mount points (empty, visible to all tasks).
+// copy of the mount just long enough to create the mount points (empty, visible to all tasks;
+// under /dev, the task's own: private_dev()).
 Status make_task_mount_points(int root_fd, const LaunchSpec& spec, const TaskView& task) {
   if (task.binds.empty()) return Status();
+  if (std::any_of(task.binds.begin(), task.binds.end(),
+                  [](const Bind& b) { return b.destination.rfind("/dev/", 0) == 0; }))
+    SLIPWAY_TRY(private_dev(root_fd));
   auto set_rdonly = [&](bool on) {
     struct mount_attr attr = {};
     (on ? attr.attr_set : attr.attr_clr) = MOUNT_ATTR_RDONLY;

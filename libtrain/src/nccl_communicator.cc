@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copyright The Slipway authors
 // NcclCommunicator on NCCL 2.x: rank 0's ncclGetUniqueId goes through the store under
-// "nccl/id/0"; every call checks its status and turns NCCL/CUDA errors into libtrain errors.
+// "nccl/id/0", and every rank's GPU under "nccl/gpu/<rank>" in the same round, so that ranks
+// sharing a GPU fail with a message naming them (gpu_sharing.h) instead of NCCL's "invalid usage";
+// every call checks its status and turns NCCL/CUDA errors into libtrain errors.
 #include "libtrain/nccl.h"
 
 #include "libtrain/errors.h"
@@ -10,9 +12,14 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
+
+#include "gpu_sharing.h"
 
 namespace libtrain {
 namespace {
@@ -50,6 +57,21 @@ ncclRedOp_t to_nccl(ReduceOp op) {
   throw InvalidArgument("libtrain: NCCL has no bitwise-or reduction");
 }
 
+// The calling rank's GPU: this host and the current device's PCI bus id.
+RankGpu this_gpu(int rank) {
+  RankGpu g;
+  g.rank = rank;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  g.host = host;
+  int device = 0;
+  char bus[64] = {};
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetPCIBusId(bus, sizeof bus, device), "cudaDeviceGetPCIBusId");
+  g.bus_id = bus;
+  return g;
+}
+
 }  // namespace
 
 bool nccl_available() { return true; }
@@ -77,7 +99,12 @@ NcclCommunicator::NcclCommunicator(Store& store, int rank, int size, int local_r
     check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     store.set("nccl/id/0", Bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
   }
+  store.set("nccl/gpu/" + std::to_string(rank), to_bytes(encode_rank_gpu(this_gpu(rank))));
   store.publish(timeout);
+  std::vector<RankGpu> gpus;
+  for (int r = 0; r < size; ++r)
+    gpus.push_back(decode_rank_gpu(r, to_string(store.get("nccl/gpu/" + std::to_string(r), timeout))));
+  if (auto shared = shared_gpu_message(gpus); !shared.empty()) throw InvalidArgument(shared);
   Bytes got = store.get("nccl/id/0", timeout);
   if (got.size() != sizeof(id)) throw Error("libtrain: malformed NCCL unique id in the store");
   std::memcpy(&id, got.data(), sizeof(id));

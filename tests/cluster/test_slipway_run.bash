@@ -116,9 +116,9 @@ test_remap_root_and_bad_options() {
     run_job ./slipway run --container-bogus -- true
     assert_failure 2
     assert_output_contains "unknown option '--container-bogus'"
-    run_job ./slipway run --container-image="$BUSYBOX" --dl-gpus=1 -- true
+    run_job ./slipway run --container-image="$BUSYBOX" --dl-host-libs=mpi -- true
     assert_failure 2
-    assert_output "slipway: run: --dl-gpus is applied by the Slurm plugin (srun --dl-gpus, spank_slipway(8)), not by 'slipway run'; drop it here"
+    assert_output "slipway: run: --dl-host-libs is applied by the Slurm plugin (srun --dl-host-libs, spank_slipway(8)), not by 'slipway run'; drop it here"
 }
 
 test_entrypoint_standalone_and_once_per_node_under_srun() {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dl/gpu.h"
+#include "dl/nvidia_env.h"
 #include "dl_test_util.h"
 
 #include "check_main.h"  // last: check.h defines a fail() macro
@@ -183,16 +184,31 @@ START_TEST(driver_libraries_come_from_the_ld_cache) {
                  {"libcuda.so", "/usr/lib/x86_64-linux-gnu/libcuda.so"},
                  {"libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"},
                  {"libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1"}});
-  auto binds = driver_binds(root, cache);
+  auto binds = driver_binds(root, cache, kCapCompute | kCapUtility, "/usr/lib/x86_64-linux-gnu");
   std::set<std::string> dests;
   for (const auto& b : binds) {
     ck_assert(b.bind.read_only);
     dests.insert(b.bind.destination);
   }
-  ck_assert(dests.count("/opt/slipway/driver/lib/libcuda.so.1"));
-  ck_assert(dests.count("/opt/slipway/driver/lib/libnvidia-ml.so.1"));
-  ck_assert(!dests.count("/opt/slipway/driver/lib/libcuda.so"));  // the dev symlink: not a soname
-  ck_assert(!dests.count("/opt/slipway/driver/lib/libz.so.1"));
+  ck_assert(dests.count("/usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+  ck_assert(dests.count("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"));
+  ck_assert(!dests.count("/usr/lib/x86_64-linux-gnu/libcuda.so"));  // the dev symlink: not a soname
+  ck_assert(!dests.count("/usr/lib/x86_64-linux-gnu/libz.so.1"));
+  ck_assert(dests.count("/usr/bin/nvidia-smi"));
+  // utility alone: NVML and nvidia-smi, not CUDA.
+  dests.clear();
+  for (const auto& b : driver_binds(root, cache, kCapUtility, "/usr/lib64")) dests.insert(b.bind.destination);
+  ck_assert(dests.count("/usr/lib64/libnvidia-ml.so.1") && dests.count("/usr/bin/nvidia-smi"));
+  ck_assert(!dests.count("/usr/lib64/libcuda.so.1"));
+  // A node that keeps the driver under /usr/local/nvidia has nvidia-smi in its bin/.
+  std::string nv = make_scratch();
+  write_file(nv + "/usr/local/nvidia/bin/nvidia-smi", "");
+  dests.clear();
+  for (const auto& b : driver_binds(nv, cache, kCapUtility, "/usr/lib64")) {
+    dests.insert(b.bind.destination);
+    if (b.bind.destination == "/usr/bin/nvidia-smi")
+      EXPECT_STR(b.bind.source, nv + "/usr/local/nvidia/bin/nvidia-smi");
+  }
   ck_assert(dests.count("/usr/bin/nvidia-smi"));
 }
 END_TEST

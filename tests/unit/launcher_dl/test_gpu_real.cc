@@ -11,6 +11,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include "dl/gpu.h"
+#include "dl/nvidia_env.h"
 
 using namespace slipway::launcher;
 
@@ -29,7 +30,7 @@ START_TEST(real_gpus_are_found_and_planned) {
   ck_assert(!plan.binds.empty());
   auto cache = LdCache::load("/etc/ld.so.cache");
   ck_assert(cache.ok() && cache->find("libcuda.so.1"));
-  ck_assert(!driver_binds("/", *cache).empty());
+  ck_assert(!driver_binds("/", *cache, kCapCompute | kCapUtility, "/usr/lib/x86_64-linux-gnu").empty());
 }
 END_TEST
 

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copyright The Slipway authors
-// NCCL communicator: two ranks (threads) allreduce a device buffer. Needs a GPU: without one the
-// test exits 77 so CTest reports it skipped, never passed (label gpu).
+// NCCL communicator: two ranks (processes) set up a communicator; and two ranks on one GPU fail at
+// once with libtrain's message naming the GPU and the ranks, not NCCL's "invalid usage". Needs a
+// GPU: without one the test exits 77 so CTest reports it skipped, never passed (label gpu).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "libtrain/nccl.h"
 #include "ranks.h"
@@ -24,5 +26,18 @@ int main() {
   });
   for (int c : codes)
     if (c != 0) return 1;
+  // Both ranks on device 0: each must refuse, naming the GPU they share.
+  codes = testing::run_processes(2, [](int rank, const std::shared_ptr<libtrain::Store>& store) {
+    try {
+      libtrain::NcclCommunicator comm(*store, rank, 2, rank, libtrain::Seconds(30), /*device=*/0);
+    } catch (const libtrain::InvalidArgument& e) {
+      std::printf("rank %d: %s\n", rank, e.what());
+      return std::strstr(e.what(), "ranks 0 and 1 share GPU ") ? 0 : 2;
+    }
+    return 3;  // NCCL was started on a shared GPU
+  });
+  for (int c : codes)
+    if (c != 0) return 1;
+  std::printf("ok: NCCL communicator; ranks sharing a GPU are refused by name\n");
   return 0;
 }

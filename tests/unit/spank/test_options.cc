@@ -85,6 +85,21 @@ START_TEST(plugstack_rejects_unknown_and_bad_values) {
 }
 END_TEST
 
+// dl_gpus= is the site's default of --dl-gpus; unset, the container's NVIDIA_* variables decide.
+START_TEST(plugstack_dl_gpus_default) {
+  auto c = parse({});
+  ck_assert(c.ok() && c->dl_gpus.mode == DlGpus::Mode::kUnset);
+  c = parse({"dl_gpus=none"});
+  ck_assert(c.ok() && c->dl_gpus.mode == DlGpus::Mode::kNone);
+  c = parse({"dl_gpus=2"});
+  ck_assert(c.ok() && c->dl_gpus.mode == DlGpus::Mode::kCount && c->dl_gpus.count == 2);
+  c = parse({"dl_gpus=all"});
+  ck_assert(!c.ok());
+  ck_assert_msg(c.status().message().find("'all' is not valid") != std::string::npos, "%s",
+                c.status().message().c_str());
+}
+END_TEST
+
 START_TEST(mounts_parse_and_reject_bad_specs) {
   auto m = parse_mounts("/data:/data:ro,/scratch/x:/x,rel:/r:norbind+rw,/only", "/home/u");
   ck_assert_msg(m.ok(), "%s", m.ok() ? "" : m.status().message().c_str());
@@ -324,6 +339,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, option_table_is_complete);
   tcase_add_test(tc, plugstack_keys_parse);
   tcase_add_test(tc, plugstack_rejects_unknown_and_bad_values);
+  tcase_add_test(tc, plugstack_dl_gpus_default);
   tcase_add_test(tc, mounts_parse_and_reject_bad_specs);
   tcase_add_test(tc, mounts_take_pyxis_mount_flags);
   tcase_add_test(tc, tmpfs_mounts_take_tmpfs_options);
