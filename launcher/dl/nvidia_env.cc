@@ -49,7 +49,7 @@ struct CudaRelease {
   int major, minor;
   std::array<int, 3> min_driver;
 };
-constexpr std::array<CudaRelease, 24> kCudaReleases = {{
+constexpr std::array<CudaRelease, 25> kCudaReleases = {{
     {9, 0, {384, 81, 0}},    {9, 1, {390, 46, 0}},    {9, 2, {396, 26, 0}},
     {10, 0, {410, 48, 0}},   {10, 1, {418, 39, 0}},   {10, 2, {440, 33, 0}},
     {11, 0, {450, 36, 6}},   {11, 1, {455, 23, 0}},   {11, 2, {460, 27, 3}},
@@ -57,9 +57,10 @@ constexpr std::array<CudaRelease, 24> kCudaReleases = {{
     {11, 6, {510, 39, 1}},   {11, 7, {515, 43, 4}},   {11, 8, {520, 61, 5}},
     {12, 0, {525, 60, 13}},  {12, 1, {530, 30, 2}},   {12, 2, {535, 54, 3}},
     {12, 3, {545, 23, 6}},   {12, 4, {550, 54, 14}},  {12, 5, {555, 42, 2}},
-    {12, 6, {560, 28, 3}},   {12, 8, {570, 26, 0}},   {13, 0, {580, 65, 6}},
+    {12, 6, {560, 28, 3}},   {12, 8, {570, 26, 0}},   {12, 9, {575, 51, 3}},
+    {13, 0, {580, 65, 6}},
 }};
-// The last driver branch the table covers (12.9's 575 sits between 12.8 and 13.0 and runs 12.9).
+// The last driver branch the table covers.
 constexpr int kLastKnownBranch = 580;
 
 void set_cuda(DriverInfo& d) {
@@ -69,7 +70,6 @@ void set_cuda(DriverInfo& d) {
     std::vector<int> min(r.min_driver.begin(), r.min_driver.end());
     if (compare_versions(d.parts, min) >= 0) d.cuda_major = r.major, d.cuda_minor = r.minor;
   }
-  if (d.parts[0] == 575) d.cuda_major = 12, d.cuda_minor = 9;
 }
 
 // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..." (or "Open Kernel
