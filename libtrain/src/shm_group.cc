@@ -244,7 +244,8 @@ void ShmGroup::set_busy_elsewhere(bool busy) noexcept {
 // The ranks that entered the fewest barriers: the ones the others wait for.
 std::vector<int> ShmGroup::laggards() const {
   uint32_t least = hdr_->entered[rank_].value.load(std::memory_order_relaxed);
-  for (int i = 0; i < size_; ++i) least = std::min(least, hdr_->entered[i].value.load(std::memory_order_relaxed));
+  for (int i = 0; i < size_; ++i)
+    least = std::min(least, hdr_->entered[i].value.load(std::memory_order_relaxed));
   std::vector<int> out;
   for (int i = 0; i < size_; ++i)
     if (i != rank_ && hdr_->entered[i].value.load(std::memory_order_relaxed) == least) out.push_back(i);

@@ -93,7 +93,8 @@ Clock::time_point TcpRing::deadline() const {
 
 std::string TcpRing::name(int index) const {
   auto i = static_cast<size_t>(index);
-  return i < nodes_.size() ? rank_on_node(members_[i], nodes_[i]) : "rank " + std::to_string(members_[i]);
+  return i < nodes_.size() ? rank_on_node(members_[i], nodes_[i])
+                           : "rank " + std::to_string(members_[i]);
 }
 
 // Two connections to the next member (data, then reports) and two from the previous one,
@@ -151,8 +152,8 @@ void TcpRing::abort(const std::string& report) noexcept {
   for (const Fd* fd : {&next_, &report_next_, &prev_})
     if (fd->valid()) ::shutdown(fd->get(), SHUT_WR);
   char sink[4096];
-  for (int i = 0; i < 256 && prev_.valid() && ::recv(prev_.get(), sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
-  }
+  for (int i = 0; i < 256 && prev_.valid(); ++i)
+    if (::recv(prev_.get(), sink, sizeof(sink), MSG_DONTWAIT) <= 0) break;
   close();
 }
 

@@ -40,8 +40,8 @@ class TcpRing {
   // `nodes`: each member's node name, for messages. `whole_bytes`: buffers up to this size go
   // around whole (kAuto: see is_whole in tcp_ring.cc). `spin_us`: how long a wait polls before
   // it sleeps (socket.h, Waiting).
-  TcpRing(Store& store, int rank, std::vector<int> members, std::vector<std::string> nodes, bool same_node,
-          Seconds timeout, size_t whole_bytes, int64_t spin_us);
+  TcpRing(Store& store, int rank, std::vector<int> members, std::vector<std::string> nodes,
+          bool same_node, Seconds timeout, size_t whole_bytes, int64_t spin_us);
   // Phase 2: after publish(): connect to the next member, accept the previous one.
   void connect(Store& store);
 

@@ -92,8 +92,8 @@ static void check_culprit(int n, int victim, std::string (*nodes_of)(int), bool 
       continue;
     }
     std::string text = messages.read(r);
-    ck_assert_msg(code == kPeer || code == kTimeout, "rank %d exited %d, want a PeerError or TimeoutError: %s",
-                  r, code, text.c_str());
+    ck_assert_msg(code == kPeer || code == kTimeout,
+                  "rank %d exited %d, want a PeerError or TimeoutError: %s", r, code, text.c_str());
     ck_assert_msg(text.find(culprit) != std::string::npos, "rank %d's error does not name '%s': %s", r,
                   culprit.c_str(), text.c_str());
     bool said = stop ? text.find("did not reach the collective") != std::string::npos ||
