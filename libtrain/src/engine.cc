@@ -11,6 +11,7 @@
 #include <map>
 
 #include "auto_size.h"
+#include "failure.h"
 #include "libtrain/errors.h"
 
 namespace libtrain {
@@ -37,12 +38,11 @@ void Communicator::Engine::discover(Store& store, const std::string& node) {
   store.set("node/" + std::to_string(topo_.rank), to_bytes(node));
   store.publish(opts_.timeout);
   std::map<std::string, std::vector<int>> by_node;
-  std::vector<std::string> names;
   for (int r = 0; r < topo_.size; ++r) {
     std::string name = to_string(store.get("node/" + std::to_string(r), opts_.timeout));
     by_node[name].push_back(r);  // ranks ascend, so each list is sorted
     if (by_node[name].size() == 1) leaders_.push_back(r);
-    names.push_back(name);
+    nodes_.push_back(name);
   }
   local_ranks_ = by_node[node];
   topo_.local_size = static_cast<int>(local_ranks_.size());
@@ -61,15 +61,19 @@ void Communicator::Engine::connect(Store& store) {
     shm_ = std::make_unique<detail::ShmGroup>(name, true, 0, topo_.local_size, slot_bytes(), opts_.timeout);
     store.set(key, to_bytes(name));
   }
-  if (topo_.node_count > 1 && leader)
-    ring_ = std::make_unique<detail::TcpRing>(store, topo_.rank, leaders_, false, opts_.timeout,
-                                              opts_.ring_whole_bytes, opts_.ring_spin_us);
+  if (topo_.node_count > 1 && leader) {
+    std::vector<std::string> leader_nodes;
+    for (int r : leaders_) leader_nodes.push_back(nodes_[static_cast<size_t>(r)]);
+    ring_ = std::make_unique<detail::TcpRing>(store, topo_.rank, leaders_, std::move(leader_nodes), false,
+                                              opts_.timeout, opts_.ring_whole_bytes, opts_.ring_spin_us);
+  }
   store.publish(opts_.timeout);
   if (topo_.local_size > 1 && !leader)
     shm_ = std::make_unique<detail::ShmGroup>(to_string(store.get(key, opts_.timeout)), false,
                                               topo_.local_rank, topo_.local_size, slot_bytes(),
                                               opts_.timeout);
   if (ring_) ring_->connect(store);
+  if (shm_) shm_->set_identity(local_ranks_, nodes_[static_cast<size_t>(topo_.rank)]);
   if (shm_)
     shm_->wait_attached({opts_.shm_chunk_bytes, opts_.shm_one_phase_bytes, opts_.shm_yield_us,
                          opts_.cma_min_bytes});
@@ -79,12 +83,27 @@ size_t Communicator::Engine::slot_bytes() const {
   return opts_.shm_chunk_bytes == kAuto ? detail::kAutoSlotBytes : opts_.shm_chunk_bytes;
 }
 
-void Communicator::Engine::fail(const std::string& why) noexcept {
-  if (broken_.empty()) broken_ = why;
-  if (shm_) shm_->abort(why);
-  if (ring_) ring_->close();
+// Runs a leader's ring part with its node's ranks told so (ShmGroup::set_busy_elsewhere).
+template <typename Fn>
+void Communicator::Engine::on_ring(Fn&& body) {
+  if (shm_) shm_->set_busy_elsewhere(true);
+  struct Done {
+    detail::ShmGroup* shm;
+    ~Done() { if (shm) shm->set_busy_elsewhere(false); }
+  } done{shm_.get()};
+  body();
 }
 
+// `report` (failure.h) goes to the node's other ranks and to the neighbouring node leaders.
+void Communicator::Engine::fail(const std::string& why, const std::string& report) noexcept {
+  if (broken_.empty()) broken_ = why;
+  if (shm_) shm_->abort(report);
+  if (ring_) ring_->abort(report);
+}
+
+// The first rank to fail reports what it saw under its own name; a rank that learned of a failure
+// from another rank's report passes that report on unchanged, so every rank's error names the
+// rank that saw the failure first and the culprit it saw (docs/errors.md, "Who failed").
 template <typename Fn>
 void Communicator::Engine::guarded(const OpHeader& h, Fn&& body) {
   if (!broken_.empty())
@@ -94,9 +113,13 @@ void Communicator::Engine::guarded(const OpHeader& h, Fn&& body) {
     agree(h);
     body();
     if (shm_) shm_->finish();  // the header checks, when the collective moved no data
-    if (ring_) ring_->finish();
+    if (ring_) on_ring([&] { ring_->finish(); });
+  } catch (const detail::RelayedFailure& e) {
+    fail(e.what(), e.what());
+    throw;
   } catch (const std::exception& e) {
-    fail(e.what());
+    size_t me = static_cast<size_t>(topo_.rank);
+    fail(e.what(), detail::failure_report(detail::rank_on_node(topo_.rank, nodes_[me]), e.what()));
     throw;
   }
 }
@@ -116,7 +139,7 @@ void Communicator::Engine::hierarchical_allreduce(void* data, size_t count, Data
     divisor = topo_.size;
   }
   if (shm_) shm_->allreduce(data, count, dtype, op, topo_.node_count > 1 ? 1 : divisor);
-  if (ring_) ring_->allreduce(data, count, dtype, op, divisor);
+  if (ring_) on_ring([&] { ring_->allreduce(data, count, dtype, op, divisor); });
   if (shm_ && topo_.node_count > 1) shm_->broadcast(data, count * dtype_size(dtype), 0);
 }
 

@@ -31,14 +31,16 @@ class Communicator::Engine {
   void connect(Store& store);
   size_t slot_bytes() const;
   template <typename Fn> void guarded(const detail::OpHeader& h, Fn&& body);
+  template <typename Fn> void on_ring(Fn&& body);
   void agree(const detail::OpHeader& h);
   void hierarchical_allreduce(void* data, size_t count, DataType dtype, ReduceOp op);
-  void fail(const std::string& why) noexcept;
+  void fail(const std::string& why, const std::string& report) noexcept;
 
   Topology topo_;
   CommunicatorOptions opts_;
   std::vector<int> local_ranks_;  // global ranks on my node, ascending (local rank = index)
   std::vector<int> leaders_;      // lowest global rank of each node, ascending (node index = index)
+  std::vector<std::string> nodes_;  // node name of each global rank
   std::unique_ptr<detail::ShmGroup> shm_;
   std::unique_ptr<detail::TcpRing> ring_;
   uint64_t seq_ = 0;

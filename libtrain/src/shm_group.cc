@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "auto_size.h"
+#include "failure.h"
 #include "libtrain/errors.h"
 #include "socket.h"
 
@@ -82,6 +83,12 @@ struct ShmGroup::Header {
   uint64_t addrs[kMaxLocal];
   uint8_t cma_ok[kMaxLocal];
   cpu_set_t cpus[kMaxLocal];  // where each rank may run: oversubscribed when ranks > their union
+  // Barriers each rank entered: at a timeout the ranks behind the others are the ones that hung.
+  // A cache line each: every rank writes its own at every barrier.
+  struct alignas(64) Count {
+    std::atomic<uint32_t> value;
+  } entered[kMaxLocal];
+  Count busy[kMaxLocal];  // set_busy_elsewhere
 };
 
 std::string ShmGroup::create_name() {
@@ -201,9 +208,7 @@ void ShmGroup::read_peer(int peer, uint64_t remote, void* local, size_t bytes) {
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == ESRCH)
-      throw PeerError("libtrain: local rank " + std::to_string(peer) + " (pid " +
-                      std::to_string(hdr_->pids[peer]) + ") died during a collective");
+    if (n < 0 && errno == ESRCH) throw_dead(peer);
     check_peers();  // an abort or a death explains the failure better than errno
     LIBTRAIN_SYS(-1, "process_vm_readv from local rank " + std::to_string(peer));
   }
@@ -218,13 +223,50 @@ void ShmGroup::abort(const std::string& why) noexcept {
   futex_wake_all(&hdr_->generation);
 }
 
-void ShmGroup::check_peers() {
-  if (hdr_->aborted.load() == 1)
-    throw PeerError("libtrain: a rank on this node aborted: " + std::string(hdr_->abort_msg));
+void ShmGroup::set_identity(std::vector<int> global_ranks, std::string node) {
+  global_ranks_ = std::move(global_ranks);
+  node_ = std::move(node);
+}
+
+std::string ShmGroup::who(int local) const {
+  if (static_cast<int>(global_ranks_.size()) != size_) return "local rank " + std::to_string(local);
+  return rank_on_node(global_ranks_[static_cast<size_t>(local)], node_) + " (local rank " +
+         std::to_string(local) + ")";
+}
+
+void ShmGroup::throw_dead(int local) const {
+  throw PeerError("libtrain: " + who(local) + " died during a collective (pid " +
+                  std::to_string(hdr_->pids[local]) + " is gone)");
+}
+
+void ShmGroup::set_busy_elsewhere(bool busy) noexcept {
+  hdr_->busy[rank_].value.store(busy ? 1 : 0, std::memory_order_relaxed);
+}
+
+// The ranks that entered the fewest barriers: the ones the others wait for.
+std::vector<int> ShmGroup::laggards() const {
+  uint32_t least = hdr_->entered[rank_].value.load(std::memory_order_relaxed);
   for (int i = 0; i < size_; ++i)
-    if (i != rank_ && is_dead(hdr_->pids[i]))
-      throw PeerError("libtrain: local rank " + std::to_string(i) + " (pid " +
-                      std::to_string(hdr_->pids[i]) + ") died during a collective");
+    least = std::min(least, hdr_->entered[i].value.load(std::memory_order_relaxed));
+  std::vector<int> out;
+  for (int i = 0; i < size_; ++i)
+    if (i != rank_ && hdr_->entered[i].value.load(std::memory_order_relaxed) == least) out.push_back(i);
+  return out;
+}
+
+void ShmGroup::throw_stalled() const {
+  std::string behind;
+  for (int i : laggards()) behind += (behind.empty() ? "" : ", ") + who(i);
+  if (behind.empty()) behind = "a local rank";
+  throw TimeoutError("libtrain: " + behind + " did not reach the collective within LIBTRAIN_TIMEOUT "
+                     "while the other ranks of its node waited: it hung, was stopped, or stopped "
+                     "calling collectives");
+}
+
+void ShmGroup::check_peers() {
+  if (hdr_->aborted.load() == 1) throw RelayedFailure(hdr_->abort_msg);
+  for (int i = 0; i < size_; ++i)
+    if (i != rank_ && is_dead(hdr_->pids[i])) throw_dead(i);
 }
 
 // Not oversubscribed: spin briefly, then sleep. Oversubscribed, spinning would steal the CPU the
@@ -244,6 +286,7 @@ void ShmGroup::wait_generation(uint32_t gen) {
   auto yield_until = oversubscribed_ ? now + yield_ : now;
   auto next_check = now + std::chrono::nanoseconds(kSleepNs);
   int idle_yields = 0;
+  bool extended = false;
   while (!passed()) {
     if ((now = Clock::now()) >= next_check) {
       next_check = now + std::chrono::nanoseconds(kSleepNs);
@@ -254,9 +297,16 @@ void ShmGroup::wait_generation(uint32_t gen) {
         if (passed()) return;
         throw;
       }
-      if (now >= deadline)
-        throw TimeoutError("libtrain: local ranks did not reach the same collective within "
-                           "LIBTRAIN_TIMEOUT; a peer hung or stopped calling collectives");
+      if (now >= deadline) {
+        // Waiting for ranks that wait elsewhere under their own timeout: once more, so that
+        // theirs fires first and their report names whom they waited for.
+        auto behind = laggards();
+        bool elsewhere = !behind.empty() && !extended;
+        for (int i : behind) elsewhere = elsewhere && hdr_->busy[i].value.load(std::memory_order_relaxed);
+        if (!elsewhere) throw_stalled();
+        extended = true;
+        deadline = now + std::chrono::duration_cast<Clock::duration>(timeout_);
+      }
     }
     if (now < yield_until) {
       ::sched_yield();
@@ -280,6 +330,7 @@ void ShmGroup::wait_generation(uint32_t gen) {
 
 void ShmGroup::barrier() {
   if (hdr_->aborted.load()) check_peers();
+  hdr_->entered[rank_].value.store(++barriers_, std::memory_order_relaxed);
   uint32_t gen = hdr_->generation.load(std::memory_order_acquire);
   if (hdr_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(size_)) {
     hdr_->arrived.store(0, std::memory_order_relaxed);

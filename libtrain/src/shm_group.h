@@ -63,8 +63,15 @@ class ShmGroup {
   void agree(const OpHeader& mine);
   void finish();
   void barrier();
-  // Marks the group failed with `why`; every rank's next or current wait throws PeerError.
+  // Marks the group failed with `why` (a report, failure.h); every rank's next or current wait
+  // throws it as a RelayedFailure. The first abort's report stays.
   void abort(const std::string& why) noexcept;
+  // How errors name the group's ranks: global rank and node (failure.h); default "local rank i".
+  void set_identity(std::vector<int> global_ranks, std::string node);
+  // While true, this rank waits on something with a timeout of its own (the leader on the ring):
+  // a peer that times out waiting for it leaves the timeout and its report to this rank, whose
+  // report names the rank that really hung.
+  void set_busy_elsewhere(bool busy) noexcept;
 
   // kAverage sums only; `divisor` > 1 divides each finished piece of the sum (apply_average)
   // before anyone copies it. Chunks up to the one-phase size take one barrier: every rank reduces
@@ -82,6 +89,10 @@ class ShmGroup {
   uint8_t* slot(int rank, int buf) const;
   void wait_generation(uint32_t gen);
   void check_peers();
+  std::string who(int local) const;
+  [[noreturn]] void throw_dead(int local) const;
+  [[noreturn]] void throw_stalled() const;
+  std::vector<int> laggards() const;
   void check_headers();
   void probe_cma(bool wanted);
   void read_peer(int peer, uint64_t remote, void* local, size_t bytes);
@@ -109,6 +120,9 @@ class ShmGroup {
   bool use_cma_ = false;
   size_t cma_min_bytes_ = 0;
   std::vector<uint8_t> scratch_;  // CMA: peers' chunks, read here and reduced into mine
+  uint32_t barriers_ = 0;          // barriers this rank entered (Header::entered)
+  std::vector<int> global_ranks_;  // set_identity
+  std::string node_;
 };
 
 }  // namespace libtrain::detail

@@ -239,10 +239,16 @@ void exchange(int send_fd, const Outgoing& out, int recv_fd, Incoming& in, const
     if (progress) continue;
     pollfd p[2] = {{send_fd, static_cast<short>(sent < send_len ? POLLOUT : 0), 0},
                    {recv_fd, static_cast<short>(got < recv_len ? POLLIN : 0), 0}};
-    if (poll_spin(p, 2, wait) == 0)
-      throw TimeoutError("libtrain: ring transfer with " + recv_peer + " / " + send_peer +
-                         " stalled past the timeout (LIBTRAIN_TIMEOUT); a peer hung or was stopped");
+    if (poll_spin(p, 2, wait) == 0) throw ring_stalled(got < recv_len, recv_peer, send_peer);
   }
+}
+
+TimeoutError ring_stalled(bool receiving, const std::string& recv_peer, const std::string& send_peer) {
+  if (receiving)
+    return TimeoutError("libtrain: " + recv_peer + " sent nothing within LIBTRAIN_TIMEOUT during a ring "
+                        "transfer: it, or a rank of its node, hung or was stopped");
+  return TimeoutError("libtrain: " + send_peer + " took nothing within LIBTRAIN_TIMEOUT during a ring "
+                      "transfer: it hung or was stopped");
 }
 
 std::vector<std::string> local_addresses() {

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "libtrain/errors.h"
+
 namespace libtrain::detail {
 
 using Clock = std::chrono::steady_clock;
@@ -115,6 +117,10 @@ size_t step_recv(int fd, Incoming& in, size_t got, char* sink, const std::string
 // sending at once cannot deadlock.
 void exchange(int send_fd, const Outgoing& out, int recv_fd, Incoming& in, const Waiting& wait,
               const std::string& send_peer, const std::string& recv_peer);
+
+// The error of a ring transfer that stalled: the peer it waited to receive from (`receiving`),
+// else the one it waited to send to, named as the rank that hung.
+TimeoutError ring_stalled(bool receiving, const std::string& recv_peer, const std::string& send_peer);
 
 // Non-loopback IPv4 addresses of this host, then 127.0.0.1.
 std::vector<std::string> local_addresses();

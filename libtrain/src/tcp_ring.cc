@@ -4,10 +4,14 @@
 // and the pipelined ring allreduce.
 #include "tcp_ring.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "auto_size.h"
+#include "failure.h"
 #include "libtrain/errors.h"
 
 namespace libtrain::detail {
@@ -26,11 +30,29 @@ constexpr int kMaxRingWhole = 64;  // members up to which small buffers may go a
 constexpr size_t kAutoWholeBytes = 64 * 1024;
 constexpr size_t kAutoWholeExtra = 256 * 1024;  // bytes more than the reduce-scatter sends
 
+// Which of the two connections to the next member a hello opens.
+enum Channel : int32_t { kData = 0, kReports = 1 };
+
 struct Hello {
   uint32_t magic;
   int32_t rank;
-  char pad[kWireAlign - 8];  // keeps the stream aligned (socket.h)
+  int32_t channel;
+  char pad[kWireAlign - 12];  // keeps the stream aligned (socket.h)
 };
+
+// A failing member's report (failure.h), as TcpRing::abort sends it.
+constexpr uint32_t kReportMagic = 0x4c545250;  // "LTRP"
+constexpr size_t kReportBytes = 1024;
+struct Report {
+  uint32_t magic;
+  uint32_t len;
+  char text[kReportBytes - 8];
+};
+static_assert(sizeof(Report) == kReportBytes);
+// How long a member whose link broke waits for its neighbours' reports: they are sent before the
+// links close, so they are there at once unless the neighbour is alive and well (it then has
+// none, and the error stands as it is).
+constexpr auto kReportWait = std::chrono::milliseconds(1000);
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -54,10 +76,10 @@ size_t ring_segment_begin(size_t count, size_t n, size_t m, size_t esize) {
   return count * m / n / grain * grain;
 }
 
-TcpRing::TcpRing(Store& store, int rank, std::vector<int> members, bool same_node, Seconds timeout,
-                 size_t whole_bytes, int64_t spin_us)
-    : rank_(rank), members_(std::move(members)), same_node_(same_node), timeout_(timeout),
-      whole_bytes_(whole_bytes), spin_(spin_us) {
+TcpRing::TcpRing(Store& store, int rank, std::vector<int> members, std::vector<std::string> nodes,
+                 bool same_node, Seconds timeout, size_t whole_bytes, int64_t spin_us)
+    : rank_(rank), members_(std::move(members)), nodes_(std::move(nodes)), same_node_(same_node),
+      timeout_(timeout), whole_bytes_(whole_bytes), spin_(spin_us) {
   index_ = static_cast<int>(std::find(members_.begin(), members_.end(), rank) - members_.begin());
   listen_ = listen_tcp(port_);
   std::vector<std::string> addrs = local_addresses();
@@ -72,25 +94,35 @@ Clock::time_point TcpRing::deadline() const {
 }
 
 std::string TcpRing::name(int index) const {
-  return "rank " + std::to_string(members_[static_cast<size_t>(index)]);
+  auto i = static_cast<size_t>(index);
+  return i < nodes_.size() ? rank_on_node(members_[i], nodes_[i])
+                           : "rank " + std::to_string(members_[i]);
 }
 
+// Two connections to the next member (data, then reports) and two from the previous one,
+// accepted in whichever order they come.
 void TcpRing::connect(Store& store) {
   int n = size(), next = (index_ + 1) % n, prev = (index_ + n - 1) % n;
   auto parts = split_list(to_string(store.get("tcp/" + std::to_string(members_[next]), timeout_)));
   int port = std::stoi(parts.at(0));
-  Hello hello{kMagic, rank_, {}};
+  Hello hello{kMagic, rank_, kData, {}}, report_hello{kMagic, rank_, kReports, {}};
+  std::string host = parts.at(1);
   for (size_t i = 1; i < parts.size() && !next_.valid(); ++i) {
     next_ = try_connect_tcp(parts[i], port, 2000);
     if (next_.valid()) set_nodelay_nonblock(next_.get());
+    if (next_.valid()) host = parts[i];
   }
-  if (!next_.valid()) next_ = connect_tcp(parts.at(1), port, deadline());
+  if (!next_.valid()) next_ = connect_tcp(host, port, deadline());
   send_all(next_.get(), &hello, sizeof(hello), deadline(), name(next));
-  while (!prev_.valid()) {  // accept until the expected previous member says hello
+  report_next_ = connect_tcp(host, port, deadline());
+  send_all(report_next_.get(), &report_hello, sizeof(report_hello), deadline(), name(next));
+  while (!prev_.valid() || !report_prev_.valid()) {  // until the previous member's two hellos
     Fd fd = accept_tcp(listen_.get(), deadline());
     Hello got{};
     recv_all(fd.get(), &got, sizeof(got), deadline(), "a connecting rank");
-    if (got.magic == kMagic && got.rank == members_[prev]) prev_ = std::move(fd);
+    if (got.magic != kMagic || got.rank != members_[prev]) continue;
+    if (got.channel == kData && !prev_.valid()) prev_ = std::move(fd);
+    else if (got.channel == kReports && !report_prev_.valid()) report_prev_ = std::move(fd);
   }
   send_all(prev_.get(), &hello, sizeof(hello), deadline(), name(prev));
   Hello ack{};
@@ -103,7 +135,78 @@ void TcpRing::connect(Store& store) {
 void TcpRing::close() {
   next_.reset();
   prev_.reset();
+  report_next_.reset();
+  report_prev_.reset();
   listen_.reset();
+}
+
+// The report goes backwards on prev_ (whose direction towards the previous member carries nothing
+// else) and forwards on report_next_; both sockets' send buffers are empty, so it fits at once.
+// FIN follows it on every link; prev_'s unread data is drained first, as closing a socket with
+// unread data sends a reset that could overtake the report.
+void TcpRing::abort(const std::string& report) noexcept {
+  Report r{};
+  r.magic = kReportMagic;
+  r.len = static_cast<uint32_t>(std::min(report.size(), sizeof(r.text)));
+  std::memcpy(r.text, report.data(), r.len);
+  for (const Fd* fd : {&prev_, &report_next_})
+    if (fd->valid()) (void)!::send(fd->get(), &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
+  for (const Fd* fd : {&next_, &report_next_, &prev_})
+    if (fd->valid()) ::shutdown(fd->get(), SHUT_WR);
+  char sink[4096];
+  for (int i = 0; i < 256 && prev_.valid(); ++i)
+    if (::recv(prev_.get(), sink, sizeof(sink), MSG_DONTWAIT) <= 0) break;
+  close();
+}
+
+// Runs a collective's ring part; a broken link is explained by the neighbours' reports.
+template <typename Fn>
+void TcpRing::guarded(Fn&& body) {
+  try {
+    body();
+  } catch (const MismatchError&) {
+    throw;
+  } catch (const Error&) {
+    explain();
+  }
+}
+
+// After an error broke the ring: throws the first report a neighbour sent (RelayedFailure); else,
+// when a neighbour's links closed without one, a PeerError naming it as dead; else the error.
+// Reports come from the previous member on report_prev_ and from the next one on next_.
+void TcpRing::explain() {
+  int n = size();
+  struct Side {
+    int fd, index;
+    Report r{};
+    size_t got = 0;
+    bool closed = false;
+  } sides[2] = {{report_prev_.get(), (index_ + n - 1) % n}, {next_.get(), (index_ + 1) % n}};
+  auto until = Clock::now() + std::min(std::chrono::duration_cast<Clock::duration>(kReportWait),
+                                       std::chrono::duration_cast<Clock::duration>(timeout_));
+  for (;;) {
+    for (Side& side : sides) {
+      while (side.fd >= 0 && !side.closed && side.got < sizeof(side.r)) {
+        ssize_t k = ::recv(side.fd, reinterpret_cast<char*>(&side.r) + side.got, sizeof(side.r) - side.got,
+                           MSG_DONTWAIT);
+        if (k > 0) side.got += static_cast<size_t>(k);
+        else if (k < 0 && errno == EINTR) continue;
+        else if (k < 0 && errno == EAGAIN) break;
+        else side.closed = true;
+      }
+      if (side.got == sizeof(side.r) && side.r.magic == kReportMagic)
+        throw RelayedFailure(std::string(side.r.text, std::min<size_t>(side.r.len, sizeof(side.r.text))));
+    }
+    for (const Side& side : sides)
+      if (side.closed)
+        throw PeerError("libtrain: " + name(side.index) + " died or lost its network: its ring links "
+                        "closed without a report");
+    int ms = ms_left(until);
+    if (ms <= 0) break;
+    pollfd p[2] = {{sides[0].fd, POLLIN, 0}, {sides[1].fd, POLLIN, 0}};
+    if (::poll(p, 2, ms) < 0 && errno != EINTR) break;
+  }
+  throw;  // the error as it was: explain() runs inside its catch block
 }
 
 // One ring step: send to the next member while receiving from the previous one. The first step
@@ -138,20 +241,24 @@ void TcpRing::agree(const OpHeader& mine) {
   if (!next_.valid()) throw PeerError("libtrain: the communicator failed earlier; create a new one");
   mine_ = mine;
   WireHeader wire{mine, {}};
-  send_all(next_.get(), &wire, sizeof(wire), waiting(), name((index_ + 1) % size()));
+  guarded([&] { send_all(next_.get(), &wire, sizeof(wire), waiting(), name((index_ + 1) % size())); });
   header_due_ = true;
 }
 
 void TcpRing::finish() {
   if (!header_due_) return;
-  recv_all(prev_.get(), &theirs_, sizeof(theirs_), waiting(), name((index_ + size() - 1) % size()));
-  check_header(theirs_.op);
+  guarded([&] {
+    recv_all(prev_.get(), &theirs_, sizeof(theirs_), waiting(), name((index_ + size() - 1) % size()));
+    check_header(theirs_.op);
+  });
 }
 
 void TcpRing::allreduce(void* data, size_t count, DataType dtype, ReduceOp op, int divisor) {
   if (size() == 1 || count == 0) return;  // the engine makes a ring of 2 node leaders or more
-  if (is_whole(count * dtype_size(dtype))) allreduce_whole(data, count, dtype, op, divisor);
-  else reduce_scatter_allgather(data, count, dtype, op, divisor);
+  guarded([&] {
+    if (is_whole(count * dtype_size(dtype))) allreduce_whole(data, count, dtype, op, divisor);
+    else reduce_scatter_allgather(data, count, dtype, op, divisor);
+  });
 }
 
 // Passing the whole buffer takes n-1 message latencies instead of 2(n-1), but each member sends
@@ -279,9 +386,7 @@ void TcpRing::reduce_scatter_allgather(void* data, size_t count, DataType dtype,
     if (progress) continue;
     pollfd p[2] = {{next_.get(), static_cast<short>(sendable ? POLLOUT : 0), 0},
                    {prev_.get(), static_cast<short>(in_m < msgs ? POLLIN : 0), 0}};
-    if (poll_spin(p, 2, waiting()) == 0)
-      throw TimeoutError("libtrain: ring transfer with " + prev_name + " / " + next_name +
-                         " stalled past the timeout (LIBTRAIN_TIMEOUT); a peer hung or was stopped");
+    if (poll_spin(p, 2, waiting()) == 0) throw ring_stalled(in_m < msgs, prev_name, next_name);
   }
 }
 

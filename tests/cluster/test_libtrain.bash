@@ -50,13 +50,16 @@ train_both() {
     echo "# one process: $SINGLE, 8 ranks: $MULTI" >&2
 }
 
-# Every rank but the dead one ($2) reported a libtrain error, and one of them is a $1.
+# Every rank but the dead one ($2) reported a libtrain error naming the dead rank and its node
+# (-N4 --ntasks-per-node=2 puts ranks 2i and 2i+1 on node i+1), whichever rank saw it first, and
+# one of them is a $1.
 assert_others_failed_with() {
-    local kind=$1 dead=$2 r
+    local kind=$1 dead=$2 r culprit
+    culprit="rank $dead on node node$((dead / 2 + 1)) "
     for r in 0 1 2 3 4 5 6 7; do
         ((r == dead)) && continue
-        grep -Eq "^train(\.py|_mlp): rank $r: [A-Za-z]+Error: libtrain: " <<<"$output" \
-            || fail "rank $r reported no libtrain error:"$'\n'"$output"
+        grep -Eq "^train(\.py|_mlp): rank $r: [A-Za-z]+Error: libtrain: .*$culprit" <<<"$output" \
+            || fail "rank $r reported no libtrain error naming '$culprit':"$'\n'"$output"
     done
     assert_output_contains "$kind: libtrain: "
 }
@@ -92,7 +95,7 @@ test_rank_that_dies_makes_every_rank_fail_fast() {
     assert_less "$(elapsed "$t0")" $FAIL_TIMEOUT "seconds until srun returned"
     assert_output_contains "rank 5: killing myself"
     assert_others_failed_with PeerError 5
-    assert_output_contains "local rank 1 (pid "
+    assert_output_contains "rank 5 on node node3 (local rank 1) died during a collective (pid "
 }
 
 # The pid (as the host sees it: the nodes share its pid namespace) of the task with
@@ -173,4 +176,5 @@ test_stopped_rank_makes_every_rank_time_out() {
     assert_failure
     assert_less "$(elapsed "$t0")" 20 "seconds from SIGSTOP until srun returned"
     assert_output_contains "TimeoutError: libtrain: "
+    assert_output_contains "rank 3 on node node2 (local rank 1) did not reach the collective"
 }

@@ -193,15 +193,17 @@ wait_hvd() {
     echo "# status $status, output:"$'\n'"$output" >&2
 }
 
-# Every rank but the dead one ($1) raised a libtrain error, and srun failed within the limit.
+# Every rank but the dead one ($1) raised a libtrain error naming the dead rank and its node
+# ($EIGHT puts ranks 2i and 2i+1 on node i+1), and srun failed within the limit.
 assert_others_raised() {
-    local dead=$1 t0=$2 r
+    local dead=$1 t0=$2 r culprit
+    culprit="rank $dead on node node$((dead / 2 + 1)) "
     assert_failure
     assert_less "$(elapsed "$t0")" $FAIL_TIMEOUT "seconds from the death of rank $dead until srun returned"
     for r in 0 1 2 3 4 5 6 7; do
         ((r == dead)) && continue
-        grep -Eq "^torch_hvd\.py: rank $r: [A-Za-z]+Error: libtrain: " <<<"$output" \
-            || fail "rank $r reported no libtrain error:"$'\n'"$output"
+        grep -Eq "^torch_hvd\.py: rank $r: [A-Za-z]+Error: libtrain: .*$culprit" <<<"$output" \
+            || fail "rank $r reported no libtrain error naming '$culprit':"$'\n'"$output"
     done
     assert_output_contains "PeerError: libtrain: "
 }

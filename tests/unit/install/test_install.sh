@@ -44,6 +44,8 @@ check "libtrain.pc" test -f "$prefix/$libdir/pkgconfig/libtrain.pc"
 check "libtrain CMake package" test -f "$prefix/$libdir/cmake/libtrain/libtrainConfig.cmake"
 check "Python module" test -f "$prefix/lib/python3/dist-packages/libtrain/__init__.py"
 check "Python module libtrain.torch" test -f "$prefix/lib/python3/dist-packages/libtrain/torch/_optimizer.py"
+check "LIBTRAIN_HOROVOD hook" grep -q '__import__("_libtrain_horovod").install()' "$prefix/lib/python3/dist-packages/libtrain-horovod.pth"
+check "LIBTRAIN_HOROVOD stand-in horovod.torch" test -f "$prefix/lib/python3/dist-packages/_libtrain_horovod/horovod/torch/__init__.py"
 for pkg in slipway slurm-spank-slipway libtrain0 libtrain-dev python3-libtrain; do
     check "$pkg copyright" test -s "$prefix/share/doc/$pkg/copyright"
     check "$pkg changelog" gzip -t "$prefix/share/doc/$pkg/changelog.Debian.gz"

@@ -4,6 +4,7 @@
 // processes sharing a TcpStore served by a child process, and closed-form expected values.
 #pragma once
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,9 +87,10 @@ inline pid_t start_store_server(double timeout_s, int* port, int* done_fd) {
 }
 
 // Forks n processes running fn(rank, store); each exits with fn's return code (an uncaught
-// exception exits 99). Returns the exit codes by rank (128 + signal when killed).
+// exception exits 99). Returns the exit codes by rank (128 + signal when killed). Rank
+// `kill_last` (a rank that stops itself), if any, is killed once every other rank has exited.
 inline std::vector<int> run_processes(int n, const std::function<int(int, const std::shared_ptr<libtrain::Store>&)>& fn,
-                                      double timeout_s = 30) {
+                                      double timeout_s = 30, int kill_last = -1) {
   int port = 0, done_fd = -1;
   pid_t server = start_store_server(timeout_s, &port, &done_fd);
   std::vector<pid_t> pids;
@@ -107,10 +109,16 @@ inline std::vector<int> run_processes(int n, const std::function<int(int, const 
     pids.push_back(pid);
   }
   std::vector<int> codes(static_cast<size_t>(n), -1);
-  for (int r = 0; r < n; ++r) {
+  auto reap = [&](int r) {
     int status = 0;
     waitpid(pids[static_cast<size_t>(r)], &status, 0);
     codes[static_cast<size_t>(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  for (int r = 0; r < n; ++r)
+    if (r != kill_last) reap(r);
+  if (kill_last >= 0 && kill_last < n) {
+    kill(pids[static_cast<size_t>(kill_last)], SIGKILL);
+    reap(kill_last);
   }
   close(done_fd);
   waitpid(server, nullptr, 0);

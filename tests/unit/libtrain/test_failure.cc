@@ -5,6 +5,9 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "ranks.h"
@@ -36,37 +39,102 @@ static CommunicatorOptions short_timeout() {
   return o;
 }
 
-// `nodes_of(rank)` names the node; rank `victim` is killed after the first allreduce.
-static void check_death(int n, int victim, std::string (*nodes_of)(int)) {
+// Each rank's error message, written by the rank into a file of a fresh directory.
+class Messages {
+ public:
+  Messages() {
+    char tmpl[] = "/tmp/libtrain-test-failure-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    dir_ = tmpl;
+  }
+  ~Messages() { std::filesystem::remove_all(dir_); }
+  void write(int rank, const std::string& text) const { std::ofstream(path(rank)) << text; }
+  std::string read(int rank) const {
+    std::ifstream in(path(rank));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  std::string path(int rank) const { return dir_ + "/" + std::to_string(rank); }
+  std::string dir_;
+};
+
+// `nodes_of(rank)` names the node; rank `victim` is killed (or stopped, when `stop`) after the
+// first allreduce. Every other rank fails within the timeout, and its message names the victim
+// and its node (docs/errors.md, "Who failed"), whichever rank saw the failure first.
+static void check_culprit(int n, int victim, std::string (*nodes_of)(int), bool stop = false) {
+  Messages messages;
   auto start = std::chrono::steady_clock::now();
   auto codes = testing::run_processes(n, [&](int rank, const std::shared_ptr<Store>& store) {
-    return classify([&] {
+    int code = kOk;
+    try {
       Communicator comm(store, rank, n, nodes_of(rank), short_timeout());
       std::vector<float> buf(100000, 1.0f);
       comm.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
-      if (rank == victim) raise(SIGKILL);
+      if (rank == victim) raise(stop ? SIGSTOP : SIGKILL);
       for (int i = 0; i < 1000; ++i) comm.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kMax);
-    });
-  });
+    } catch (const PeerError& e) {
+      messages.write(rank, e.what());
+      code = kPeer;
+    } catch (const TimeoutError& e) {
+      messages.write(rank, e.what());
+      code = kTimeout;
+    } catch (const std::exception& e) {
+      messages.write(rank, e.what());
+      code = kOther;
+    }
+    return code;
+  }, 30, stop ? victim : -1);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::string culprit = "rank " + std::to_string(victim) + " on node " + nodes_of(victim) + " ";
   for (int r = 0; r < n; ++r) {
-    if (r == victim) ck_assert_int_eq(codes[static_cast<size_t>(r)], 128 + SIGKILL);
-    else ck_assert_msg(codes[static_cast<size_t>(r)] == kPeer || codes[static_cast<size_t>(r)] == kTimeout,
-                       "rank %d exited %d, want a PeerError or TimeoutError", r, codes[static_cast<size_t>(r)]);
+    int code = codes[static_cast<size_t>(r)];
+    if (r == victim) {
+      ck_assert_int_eq(code, 128 + SIGKILL);
+      continue;
+    }
+    std::string text = messages.read(r);
+    ck_assert_msg(code == kPeer || code == kTimeout,
+                  "rank %d exited %d, want a PeerError or TimeoutError: %s", r, code, text.c_str());
+    ck_assert_msg(text.find(culprit) != std::string::npos, "rank %d's error does not name '%s': %s", r,
+                  culprit.c_str(), text.c_str());
+    bool said = stop ? text.find("did not reach the collective") != std::string::npos ||
+                           text.find("sent nothing") != std::string::npos
+                     : text.find("died") != std::string::npos;
+    ck_assert_msg(said, "rank %d's error does not say what happened to rank %d: %s", r, victim, text.c_str());
   }
-  ck_assert_msg(secs < 12, "took %.1f s to notice (timeout 5 s)", secs);
+  ck_assert_msg(secs < (stop ? 15 : 12), "took %.1f s to notice (timeout 5 s)", secs);
 }
 
 static std::string one_node(int) { return "node"; }
 static std::string two_per_node(int r) { return "node" + std::to_string(r / 2); }
+static std::string own_node(int rank) { return "node" + std::to_string(rank); }
 
-START_TEST(dead_rank_on_same_node) { check_death(4, 2, one_node); }
+START_TEST(dead_rank_on_same_node) { check_culprit(4, 2, one_node); }
 END_TEST
 
-START_TEST(dead_rank_on_other_node) { check_death(4, 3, two_per_node); }
+START_TEST(dead_rank_on_other_node) { check_culprit(4, 3, two_per_node); }
 END_TEST
 
-START_TEST(dead_leader) { check_death(4, 2, two_per_node); }
+START_TEST(dead_leader) { check_culprit(4, 2, two_per_node); }
+END_TEST
+
+// Ring links: the neighbours see the victim's links close without a report; the others get
+// theirs, forwards or backwards, over two hops at least.
+START_TEST(dead_rank_in_a_ring_of_five) { check_culprit(5, 2, own_node); }
+END_TEST
+
+START_TEST(dead_rank_among_three_nodes) { check_culprit(6, 5, two_per_node); }
+END_TEST
+
+// A stopped rank is alive but silent: its node's other ranks name it from the barriers it did
+// not reach, and their report reaches the other node.
+START_TEST(stopped_rank_named) { check_culprit(4, 3, two_per_node, true); }
+END_TEST
+
+// A stopped leader: its node's other rank names it from the barrier, the other leader from the
+// ring transfer it starved.
+START_TEST(stopped_leader_named) { check_culprit(4, 2, two_per_node, true); }
 END_TEST
 
 static void check_mismatch(int n, std::string (*nodes_of)(int)) {
@@ -101,7 +169,6 @@ END_TEST
 // Node leaders that disagree find out from the op header that goes ahead of the ring's first
 // message (or that finish() reads when a collective sends nothing), before any data is used,
 // whichever ring algorithm each side picked: every rank throws, none waits for the timeout.
-static std::string own_node(int rank) { return "node" + std::to_string(rank); }
 
 START_TEST(leaders_disagree) {
   static const size_t kCounts[][2] = {{1000, 999},       // both go around whole
@@ -161,6 +228,10 @@ Suite* make_suite(void) {
   tcase_add_test(tc, dead_rank_on_same_node);
   tcase_add_test(tc, dead_rank_on_other_node);
   tcase_add_test(tc, dead_leader);
+  tcase_add_test(tc, dead_rank_in_a_ring_of_five);
+  tcase_add_test(tc, dead_rank_among_three_nodes);
+  tcase_add_test(tc, stopped_rank_named);
+  tcase_add_test(tc, stopped_leader_named);
   tcase_add_test(tc, size_mismatch_one_node);
   tcase_add_test(tc, size_mismatch_across_nodes);
   tcase_add_loop_test(tc, leaders_disagree, 0, 4);
