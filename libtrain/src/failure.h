@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The Slipway authors
 // How one rank's failure reaches every other rank with the culprit named (docs/errors.md, "Who
 // failed"): the first rank to fail words a report naming itself and what it saw ("rank 6 on node
 // n3 died"); the node's segment (ShmGroup::abort) and the ring's abort records (TcpRing::abort)

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 # LIBTRAIN_HOROVOD=1 (issue 26, item 5): a script written for Horovod (programs/horovod_style.py:
 # `import horovod.torch as hvd`, the API surface Horovod's PyTorch examples use) runs unchanged
 # in the `torch` image on 4 nodes x 2 tasks, through the plugin, `slipway run` and `#SBATCH`,

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """LIBTRAIN_HOROVOD=1: `import horovod` and `import horovod.torch as hvd` resolve to libtrain, so a
 Horovod script runs with no edit. libtrain-horovod.pth (beside this package in dist-packages) calls
 install() at interpreter start when the variable is set; otherwise nothing here is imported. A real

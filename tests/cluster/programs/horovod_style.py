@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """A training script written the way Horovod's PyTorch examples are (`import horovod.torch as hvd`,
 no libtrain in sight), for test_torch_horovod_opt_in.bash: it must run unchanged under
 LIBTRAIN_HOROVOD=1. It uses the API surface those examples use and checks what each call gives:

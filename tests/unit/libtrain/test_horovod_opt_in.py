@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """LIBTRAIN_HOROVOD=1 (libtrain-horovod.pth, _libtrain_horovod): under it `import horovod` and
 `import horovod.torch as hvd` resolve to libtrain; without it nothing of the stand-in is imported
 and `horovod` is not found; a real Horovod on sys.path is never shadowed (one stderr line says it

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """libtrain's stand-in for the `horovod` package, imported as `horovod` under LIBTRAIN_HOROVOD=1
 (see _libtrain_horovod and man libtrain(7), LIBTRAIN_HOROVOD). Only `horovod.torch` is provided:
 it is libtrain.torch, Horovod's PyTorch API on libtrain. Nothing here imports torch or libtrain."""

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The Slipway authors
 """`horovod.torch` under LIBTRAIN_HOROVOD=1: every name of libtrain.torch (Horovod's PyTorch API on
 libtrain). A name libtrain.torch lacks raises AttributeError in one line saying so."""
 import libtrain.torch as _impl
