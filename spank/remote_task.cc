@@ -34,7 +34,8 @@ std::string current_dir() {
 // exec it. The PMIx server's directory is in the task's environment only from task_init on
 // (docs/platform.md, "SPANK callbacks").
 launcher::TaskView enter_environment(spank_t sp, const PluginState& st) {
-  launcher::TaskInput in{.cwd = current_dir(), .home = home_of(st.ids->uid),
+  launcher::TaskInput in{.cwd = current_dir(),
+                         .home = launcher::job_home(job_getenv(sp, "HOME"), st.ids->uid),
                          .entrypoint_env = st.entrypoint_env,
                          .job_env = [sp](const std::string& name) { return job_getenv(sp, name.c_str()); }};
   launcher::TaskEntry entry = launcher::task_entry(*st.step, st.options, in);

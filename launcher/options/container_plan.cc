@@ -5,6 +5,7 @@
 #include "options/container_plan.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,9 +63,17 @@ Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& si
   spec.unshare_ipc = opts.unshare.ipc;
   spec.unshare_uts = opts.unshare.uts;
   // As pyxis: root's home inside is root's, so with root remapped the user's home is bound there.
-  if (opts.mount_home.value_or(site.mount_home) && is_dir(in.home))
+  // A HOME that is no directory fails the step, as enroot's bind of it does.
+  if (opts.mount_home.value_or(site.mount_home) && !in.home.empty()) {
+    if (in.home[0] != '/' || !is_dir(in.home))
+      return Status::error("--container-mount-home: HOME='" + in.home + "' is not " +
+                               (in.home[0] == '/' ? "a directory" : "an absolute path") + " on " +
+                               in.node + "; set HOME to your home directory, or give "
+                               "--no-container-mount-home",
+                           ENOTDIR);
     spec.binds.push_back({.source = in.home,
                           .destination = spec.remap_root ? kRemappedHome : in.home});
+  }
   SLIPWAY_TRY(add_mounts(opts, site, in.node, spec));
   // With root remapped inside, PMIx can only authenticate through munge (docs/platform.md, "PMIx").
   if (spec.remap_root && is_dir("/run/munge"))
@@ -135,9 +144,19 @@ std::vector<std::pair<std::string, std::string>> image_settings(
   return out;
 }
 
+std::string job_home(const std::optional<std::string>& home_env, uid_t uid) {
+  if (home_env && !home_env->empty()) return *home_env;
+  struct passwd pw, *res = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &res) != 0 || !res || !res->pw_dir) return "";
+  return res->pw_dir;
+}
+
 std::string container_home(const LaunchSpec& spec, const std::string& home) {
+  if (home.empty()) return "";
   for (const auto& b : spec.binds)
-    if (!home.empty() && b.source == home && b.destination == kRemappedHome) return kRemappedHome;
+    if (b.source == home && (b.destination == kRemappedHome || b.destination == home))
+      return b.destination;
   return "";
 }
 
