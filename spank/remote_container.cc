@@ -122,7 +122,7 @@ Result<launcher::ContainerHolder> start_step_holder(PluginState& st, launcher::L
     joined = st.running && st.options.name_mode != NameMode::kNoExec;
     if (joined) {
       // The running container as it is: its root, mounts and namespaces (pyxis attaches).
-      launcher::take_instance_settings(*st.running, spec);
+      SLIPWAY_TRY(launcher::take_instance_settings(*st.running, name, node_name(), spec));
       how.join = st.running->pid;
     } else if (st.running) {
       if (st.running->remap_root != spec.remap_root)
