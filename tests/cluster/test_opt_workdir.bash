@@ -52,7 +52,7 @@ test_home_as_submission_directory_is_bound_without_mount_home() {
 test_workdir_missing_in_the_image_fails_naming_the_option() {
     run_job srun -N2 -K --container-image="$BUSYBOX" --container-workdir=/no/such/dir true
     assert_failure
-    assert_output_contains "working directory '/no/such/dir' does not exist in the container"
+    assert_output_contains "working directory in the container: /no/such/dir: No such file or directory"
     assert_output_contains "check --container-workdir"
 }
 

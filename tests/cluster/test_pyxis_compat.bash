@@ -268,7 +268,22 @@ test_pyxis_error_phrases() {
     assert_output_contains "source path does not exist: '$DIR/absent'"
     run_job srun -K --container-image=127.0.0.1:9/no/such:tag true
     assert_failure
-    assert_output_contains "failed to import docker image '127.0.0.1:9/no/such:tag'"
+    assert_output_contains "failed to import docker image: 127.0.0.1:9/no/such:tag"
+    # pyxis: "couldn't chdir to PATH: No such file or directory"; enroot: a mount destination out
+    # of the root is "Cross-device link".
+    run_job srun -K --container-image="$BUSYBOX" --container-workdir=/no/such/dir true
+    assert_failure
+    assert_output_contains "/no/such/dir: No such file or directory"
+    local how
+    for how in srun sbatch salloc; do
+        case $how in
+            srun) run_job srun -K --container-image="$BUSYBOX" --container-mounts=/tmp:../home true ;;
+            sbatch) run_job sbatch -N1 --container-image="$BUSYBOX" --container-mounts=/tmp:../home --wrap true ;;
+            salloc) run_job salloc -N1 --container-image="$BUSYBOX" --container-mounts=/tmp:../home true ;;
+        esac
+        assert_failure
+        assert_output_contains "Cross-device link"
+    done
     run_job srun -K --container-image="$DIR/absent.sqsh" true
     assert_failure
     assert_output_contains "$DIR/absent.sqsh"
@@ -314,7 +329,7 @@ test_podman_and_dockerd_images() {
     assert_output_contains "busybox"
     run_job srun -K --container-image=podman://no/such:image true
     assert_failure
-    assert_output_contains "failed to import docker image 'podman://no/such:image': cannot export 'podman://no/such:image' from podman"
+    assert_output_contains "failed to import docker image: podman://no/such:image: cannot export 'podman://no/such:image' from podman"
     run_job srun -K --container-image=podman://--help true
     assert_failure
     assert_output_contains "give the image's name after podman://"
