@@ -177,7 +177,7 @@ Result<EntrypointRun> entrypoint_in(const ContainerHolder& holder, const Prepare
 // What the task sets and binds (step/step.h task_entry), set in this process's environment; the
 // binds are returned.
 TaskView enter_environment(const Prepared& p, const std::vector<std::string>& exported) {
-  TaskInput in{.cwd = current_dir(), .home = job_home(env_or("HOME", ""), getuid()),
+  TaskInput in{.home = job_home(env_or("HOME", ""), getuid()),
                .entrypoint_env = exported,
                .job_env = [](const std::string& name) -> std::optional<std::string> {
                  const char* v = getenv(name.c_str());

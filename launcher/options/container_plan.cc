@@ -90,35 +90,14 @@ Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& si
   return spec;
 }
 
-namespace {
-bool is_under(const std::string& path, const std::string& dir) {
-  return !dir.empty() && path.compare(0, dir.size(), dir) == 0 &&
-         (path.size() == dir.size() || path[dir.size()] == '/' || dir == "/");
-}
-}  // namespace
-
-void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const std::string& cwd,
-                           const std::string& image_workdir, TaskView& view) {
-  if (!opts.workdir.empty()) {
-    view.workdir = opts.workdir;
-    return;
-  }
-  if (!image_workdir.empty() && image_workdir[0] == '/' && image_workdir != "/") {
-    view.workdir = image_workdir;
-    return;
-  }
-  // What umount: removes covers nothing; a fresh tmpfs holds no host directory.
-  auto detached = [&](const std::string& dest) {
-    for (const auto& b : spec.binds)
-      if (b.detach && is_under(dest, b.destination)) return true;
-    return false;
-  };
-  bool covered = cwd == "/" || (is_under(cwd, "/tmp") && !detached("/tmp"));
-  for (const auto& b : spec.binds)
-    covered = covered || (!b.tmpfs && !b.detach && is_under(cwd, b.destination) &&
-                          !detached(b.destination));
-  if (!covered && is_dir(cwd)) view.binds.push_back({.source = cwd, .destination = cwd});
-  view.workdir = cwd;
+void add_working_directory(const JobOptions& opts, const std::string& image_workdir,
+                           TaskView& view) {
+  // As pyxis (enroot's /etc/rc: cd "${WORKDIR:-/}"): the option, else the image's WorkingDir,
+  // else the container's root; never the directory srun ran in, which the container need not have.
+  const bool image_has_one = !image_workdir.empty() && image_workdir[0] == '/';
+  view.workdir = !opts.workdir.empty() ? opts.workdir
+                 : image_has_one       ? image_workdir
+                                       : std::string("/");
 }
 
 bool image_may_set(const JobOptions& opts, const std::string& name, bool job_has_it) {

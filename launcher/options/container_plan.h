@@ -95,11 +95,10 @@ inline constexpr const char* kRemappedHome = "/root";
 // remapped, else HOME itself, which the job may lack: enroot sets it then); else empty.
 std::string container_home(const LaunchSpec& spec, const std::string& home);
 
-// A task's working directory: --container-workdir; else the image's WorkingDir (IMAGE_WORKDIR,
-// when absolute and not "/"), as pyxis does; else `cwd`, which is then bound into the container
-// unless "/", /tmp or one of the container's binds already covers it.
-void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const std::string& cwd,
-                           const std::string& image_workdir, TaskView& view);
+// A task's working directory, as pyxis's: --container-workdir; else the image's WorkingDir
+// (IMAGE_WORKDIR, when absolute); else "/".
+void add_working_directory(const JobOptions& opts, const std::string& image_workdir,
+                           TaskView& view);
 
 // mkdir -p with mode 0700 for what it creates.
 Status make_private_dirs(const std::string& path);

@@ -87,7 +87,7 @@ TaskEntry task_entry(const Step& step, const JobOptions& options, const TaskInpu
     if (step.spec.remap_root && is_dir("/run/munge") && !in.job_env("PMIX_MCA_psec"))
       t.env.emplace_back("PMIX_MCA_psec", "munge");
   }
-  add_working_directory(options, step.spec, in.cwd, step.image.config.working_dir, t.view);
+  add_working_directory(options, step.image.config.working_dir, t.view);
   return t;
 }
 

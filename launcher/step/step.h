@@ -79,7 +79,6 @@ Result<EntrypointRun> step_entrypoint(const ContainerHolder& holder, const Step&
                                       const std::vector<std::string>& job_env);
 
 struct TaskInput {
-  std::string cwd;   // the task's working directory outside
   std::string home;  // the user's home outside
   std::vector<std::string> entrypoint_env;  // what the entrypoint exported, NAME=VALUE
   // The job's value of NAME, if the job has it (the task's own environment).

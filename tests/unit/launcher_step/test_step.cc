@@ -141,7 +141,7 @@ START_TEST(the_task_gets_the_image_env_home_and_pmix_settings) {
   Step step;
   step.image.config.env = {"A=1", "PATH=/image/bin"};
   std::map<std::string, std::string> job = {{"PATH", "/usr/bin"}};
-  TaskInput in{.cwd = "/", .home = sb.base, .entrypoint_env = {"B=2"},
+  TaskInput in{.home = sb.base, .entrypoint_env = {"B=2"},
                .job_env = [&](const std::string& n) -> std::optional<std::string> {
                  auto it = job.find(n);
                  return it == job.end() ? std::nullopt : std::optional<std::string>(it->second);
