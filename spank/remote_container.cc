@@ -122,7 +122,7 @@ Result<launcher::ContainerHolder> start_step_holder(PluginState& st, launcher::L
     joined = st.running && st.options.name_mode != NameMode::kNoExec;
     if (joined) {
       // The running container as it is: its root, mounts and namespaces (pyxis attaches).
-      launcher::take_instance_settings(*st.running, spec);
+      SLIPWAY_TRY(launcher::take_instance_settings(*st.running, name, node_name(), spec));
       how.join = st.running->pid;
     } else if (st.running) {
       if (st.running->remap_root != spec.remap_root)
@@ -179,6 +179,11 @@ Status start_node_container(spank_t sp, PluginState& st) {
   SLIPWAY_TRY(launcher::record_instance(st.instances_dir, st.holder.pid(), spec,
                                         st.step->image.manifest_digest));
   st.named_lock.reset();  // recorded: later steps may join or copy it now
+  // As pyxis: a joined container keeps its mounts (its tasks may be using them).
+  if (joined && !st.options.mounts.empty())
+    log_user("ignoring --container-mounts when attaching to a running container ('" +
+             st.options.container_name + "' on " + node_name() +
+             "): its mounts stay as the step that started it made them");
   // A container already running has had its entrypoint.
   return joined ? Status() : run_entrypoint(sp, st);
 }

@@ -76,7 +76,7 @@ launcher::Status setup_step(spank_t sp, PluginState& st) {
   in.plan.cache_dir = st.cache_dir;
   in.plan.uid = st.ids->uid;
   in.plan.gid = st.ids->gid;
-  in.plan.home = home_of(st.ids->uid);
+  in.plan.home = launcher::job_home(job_getenv(sp, "HOME"), st.ids->uid);
   in.plan.named_dir = st.named_dir;
   in.plan.node = node_name();
   // A running or named container's image; else imported once per node, as the user.

@@ -22,11 +22,6 @@
 namespace slipway::spank {
 namespace {
 
-std::string current_dir() {
-  char buf[4096];
-  return getcwd(buf, sizeof buf) ? std::string(buf) : std::string("/");
-}
-
 // What this task sets and binds (launcher/step/step.h task_entry: the image's Env, what the
 // entrypoint exported, HOME, PMIx's directory and settings, the working directory), set in the
 // task's environment; and with sbatch_support, the batch script: slurmd keeps it in its spool
@@ -34,7 +29,7 @@ std::string current_dir() {
 // exec it. The PMIx server's directory is in the task's environment only from task_init on
 // (docs/platform.md, "SPANK callbacks").
 launcher::TaskView enter_environment(spank_t sp, const PluginState& st) {
-  launcher::TaskInput in{.cwd = current_dir(), .home = home_of(st.ids->uid),
+  launcher::TaskInput in{.home = launcher::job_home(job_getenv(sp, "HOME"), st.ids->uid),
                          .entrypoint_env = st.entrypoint_env,
                          .job_env = [sp](const std::string& name) { return job_getenv(sp, name.c_str()); }};
   launcher::TaskEntry entry = launcher::task_entry(*st.step, st.options, in);

@@ -162,7 +162,7 @@ Result<Prepared> prepare(const std::vector<std::string>& args, size_t end) {
   in.plan.cache_dir = cache;
   in.plan.uid = getuid();
   in.plan.gid = getgid();
-  in.plan.home = env_or("HOME", "");
+  in.plan.home = job_home(env_or("HOME", ""), getuid());
   in.plan.node = host_name();
   if (!p.opts.container_name.empty()) {
     // The container is this process's for as long as it runs: its lock is kept, not waited for.
@@ -218,7 +218,8 @@ Result<EntrypointRun> entrypoint_in(const ContainerHolder& holder, const Prepare
 // What the task sets and binds (step/step.h task_entry), set in this process's environment; the
 // binds are returned.
 TaskView enter_environment(const Prepared& p, const std::vector<std::string>& exported) {
-  TaskInput in{.cwd = current_dir(), .home = env_or("HOME", ""), .entrypoint_env = exported,
+  TaskInput in{.home = job_home(env_or("HOME", ""), getuid()),
+               .entrypoint_env = exported,
                .job_env = [](const std::string& name) -> std::optional<std::string> {
                  const char* v = getenv(name.c_str());
                  return v ? std::optional<std::string>(v) : std::nullopt;

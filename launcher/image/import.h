@@ -73,9 +73,9 @@ std::string squashfs_identity(const std::string& path);
 Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opts);
 
 // CAUSE of a failed import of TEXT (the image as the user wrote it), with pyxis's phrase in front,
-// which users and scripts look for: "failed to import docker image 'TEXT': CAUSE".
+// which users and scripts look for: "failed to import docker image: TEXT: CAUSE".
 inline Status import_failed(const std::string& text, const Status& cause) {
-  return Status::error("failed to import docker image '" + text + "': " + cause.message(),
+  return Status::error("failed to import docker image: " + text + ": " + cause.message(),
                        cause.error_number());
 }
 

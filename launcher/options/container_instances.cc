@@ -89,12 +89,29 @@ std::vector<Instance> live_instances(const std::string& dir) {
   return out;
 }
 
-void take_instance_settings(const Instance& instance, LaunchSpec& spec) {
+Status take_instance_settings(const Instance& instance, const std::string& name,
+                              const std::string& node, LaunchSpec& spec) {
+  // As pyxis: a namespace the step asks to unshare must be one the running container has.
+  const struct {
+    bool wanted, has;
+    const char* option;
+    const char* phrase;
+  } namespaces[] = {{spec.unshare_net, instance.net, "net", "network"},
+                    {spec.unshare_ipc, instance.ipc, "ipc", "IPC"},
+                    {spec.unshare_uts, instance.uts, "uts", "UTS"}};
+  for (const auto& ns : namespaces)
+    if (ns.wanted && !ns.has)
+      return Status::error(std::string("--container-unshare=") + ns.option + ": container '" + name +
+                               "' running on " + node + " is not in a separate " + ns.phrase +
+                               " namespace, and a step that joins it cannot have one; leave " +
+                               ns.option + " out, or start the container with it",
+                           EINVAL);
   spec.remap_root = instance.remap_root;
   spec.writable = instance.writable;
   spec.unshare_net = instance.net;
   spec.unshare_ipc = instance.ipc;
   spec.unshare_uts = instance.uts;
+  return Status();
 }
 
 }  // namespace slipway::launcher

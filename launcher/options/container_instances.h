@@ -37,7 +37,10 @@ Status record_instance(const std::string& dir, pid_t holder, const LaunchSpec& s
 // The live instances recorded in DIR, oldest first; entries of holders that are gone are removed.
 std::vector<Instance> live_instances(const std::string& dir);
 
-// SPEC as a step that joins INSTANCE sees it: the instance's root and namespaces, not its own.
-void take_instance_settings(const Instance& instance, LaunchSpec& spec);
+// SPEC as a step that joins INSTANCE (container NAME on NODE, for messages) sees it: the
+// instance's root and namespaces, not its own. A namespace SPEC unshares that the instance does
+// not is refused, as pyxis refuses it ("not in a separate network namespace").
+Status take_instance_settings(const Instance& instance, const std::string& name,
+                              const std::string& node, LaunchSpec& spec);
 
 }  // namespace slipway::launcher

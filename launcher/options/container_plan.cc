@@ -5,6 +5,7 @@
 #include "options/container_plan.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,9 +63,17 @@ Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& si
   spec.unshare_ipc = opts.unshare.ipc;
   spec.unshare_uts = opts.unshare.uts;
   // As pyxis: root's home inside is root's, so with root remapped the user's home is bound there.
-  if (opts.mount_home.value_or(site.mount_home) && is_dir(in.home))
+  // A HOME that is no directory fails the step, as enroot's bind of it does.
+  if (opts.mount_home.value_or(site.mount_home) && !in.home.empty()) {
+    if (in.home[0] != '/' || !is_dir(in.home))
+      return Status::error("--container-mount-home: HOME='" + in.home + "' is not " +
+                               (in.home[0] == '/' ? "a directory" : "an absolute path") + " on " +
+                               in.node + "; set HOME to your home directory, or give "
+                               "--no-container-mount-home",
+                           ENOTDIR);
     spec.binds.push_back({.source = in.home,
                           .destination = spec.remap_root ? kRemappedHome : in.home});
+  }
   SLIPWAY_TRY(add_mounts(opts, site, in.node, spec));
   // With root remapped inside, PMIx can only authenticate through munge (docs/platform.md, "PMIx").
   if (spec.remap_root && is_dir("/run/munge"))
@@ -81,35 +90,14 @@ Result<LaunchSpec> plan_container(const JobOptions& opts, const SiteDefaults& si
   return spec;
 }
 
-namespace {
-bool is_under(const std::string& path, const std::string& dir) {
-  return !dir.empty() && path.compare(0, dir.size(), dir) == 0 &&
-         (path.size() == dir.size() || path[dir.size()] == '/' || dir == "/");
-}
-}  // namespace
-
-void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const std::string& cwd,
-                           const std::string& image_workdir, TaskView& view) {
-  if (!opts.workdir.empty()) {
-    view.workdir = opts.workdir;
-    return;
-  }
-  if (!image_workdir.empty() && image_workdir[0] == '/' && image_workdir != "/") {
-    view.workdir = image_workdir;
-    return;
-  }
-  // What umount: removes covers nothing; a fresh tmpfs holds no host directory.
-  auto detached = [&](const std::string& dest) {
-    for (const auto& b : spec.binds)
-      if (b.detach && is_under(dest, b.destination)) return true;
-    return false;
-  };
-  bool covered = cwd == "/" || (is_under(cwd, "/tmp") && !detached("/tmp"));
-  for (const auto& b : spec.binds)
-    covered = covered || (!b.tmpfs && !b.detach && is_under(cwd, b.destination) &&
-                          !detached(b.destination));
-  if (!covered && is_dir(cwd)) view.binds.push_back({.source = cwd, .destination = cwd});
-  view.workdir = cwd;
+void add_working_directory(const JobOptions& opts, const std::string& image_workdir,
+                           TaskView& view) {
+  // As pyxis (enroot's /etc/rc: cd "${WORKDIR:-/}"): the option, else the image's WorkingDir,
+  // else the container's root; never the directory srun ran in, which the container need not have.
+  const bool image_has_one = !image_workdir.empty() && image_workdir[0] == '/';
+  view.workdir = !opts.workdir.empty() ? opts.workdir
+                 : image_has_one       ? image_workdir
+                                       : std::string("/");
 }
 
 bool image_may_set(const JobOptions& opts, const std::string& name, bool job_has_it) {
@@ -135,9 +123,19 @@ std::vector<std::pair<std::string, std::string>> image_settings(
   return out;
 }
 
+std::string job_home(const std::optional<std::string>& home_env, uid_t uid) {
+  if (home_env && !home_env->empty()) return *home_env;
+  struct passwd pw, *res = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &res) != 0 || !res || !res->pw_dir) return "";
+  return res->pw_dir;
+}
+
 std::string container_home(const LaunchSpec& spec, const std::string& home) {
+  if (home.empty()) return "";
   for (const auto& b : spec.binds)
-    if (!home.empty() && b.source == home && b.destination == kRemappedHome) return kRemappedHome;
+    if (b.source == home && (b.destination == kRemappedHome || b.destination == home))
+      return b.destination;
   return "";
 }
 

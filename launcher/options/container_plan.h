@@ -37,7 +37,7 @@ struct PlanInput {
   std::string cache_dir;  // the user's node cache (its mnt/ is the private mount point)
   uid_t uid = 0;
   gid_t gid = 0;
-  std::string home;       // the user's home directory; empty: none
+  std::string home;       // the job's home directory (job_home()); empty: none
   std::string named_dir;  // a named container's directory; empty: an unnamed one
   std::string node;       // the node's name, for messages
 };
@@ -85,16 +85,20 @@ std::vector<std::pair<std::string, std::string>> image_settings(
     const std::vector<std::string>& exported,
     const std::function<bool(const std::string&)>& job_has);
 
+// The home directory --container-mount-home binds, as enroot's home hook has it: the job's HOME,
+// or when HOME is unset or empty, UID's home in the user database ("" if it has none).
+std::string job_home(const std::optional<std::string>& home_env, uid_t uid);
+
 // Where --container-mount-home binds the home directory with --container-remap-root.
 inline constexpr const char* kRemappedHome = "/root";
-// HOME inside the container when it differs from the job's (kRemappedHome); else empty.
+// HOME inside the container where --container-mount-home bound HOME (kRemappedHome with root
+// remapped, else HOME itself, which the job may lack: enroot sets it then); else empty.
 std::string container_home(const LaunchSpec& spec, const std::string& home);
 
-// A task's working directory: --container-workdir; else the image's WorkingDir (IMAGE_WORKDIR,
-// when absolute and not "/"), as pyxis does; else `cwd`, which is then bound into the container
-// unless "/", /tmp or one of the container's binds already covers it.
-void add_working_directory(const JobOptions& opts, const LaunchSpec& spec, const std::string& cwd,
-                           const std::string& image_workdir, TaskView& view);
+// A task's working directory, as pyxis's: --container-workdir; else the image's WorkingDir
+// (IMAGE_WORKDIR, when absolute); else "/".
+void add_working_directory(const JobOptions& opts, const std::string& image_workdir,
+                           TaskView& view);
 
 // mkdir -p with mode 0700 for what it creates.
 Status make_private_dirs(const std::string& path);

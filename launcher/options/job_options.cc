@@ -33,6 +33,19 @@ bool has_dotdot(std::string_view path) {
   return false;
 }
 
+// Whether PATH, taken from the container's root, climbs above it through "..".
+bool climbs_out(std::string_view path) {
+  int depth = 0;
+  for (auto c : split(path, '/')) {
+    if (c == "..") {
+      if (--depth < 0) return true;
+    } else if (!c.empty() && c != ".") {
+      ++depth;
+    }
+  }
+  return false;
+}
+
 // pyxis/enroot write a registry as "REGISTRY#REPO" (nvcr.io#nvidia/pytorch:24.01-py3), with an
 // optional "USER@" in front for enroot's credentials; Docker writes "REGISTRY/REPO".
 Status set_image(JobOptions& o, std::string_view v, std::string_view) {
@@ -341,9 +354,14 @@ Result<std::vector<MountSpec>> parse_mounts(std::string_view text, std::string_v
     }
     m.source = !m.is_bind() || f[0][0] == '/' ? std::string(f[0]) : join(cwd, f[0]);
     m.destination = f.size() > 1 ? std::string(f[1]) : m.source;
+    // enroot resolves the destination in the root and refuses one that leaves it, which pyxis
+    // users see as "Cross-device link" (musl's strerror(EXDEV)).
     if (m.destination.empty() || m.destination[0] != '/' || has_dotdot(m.destination))
       return bad("container-mounts", entry,
-                 "needs an absolute destination inside the container, e.g. /data:/data");
+                 "needs an absolute destination inside the container, e.g. /data:/data" +
+                     std::string(climbs_out(m.destination)
+                                     ? " ('" + m.destination + "' leaves the root: Cross-device link)"
+                                     : ""));
     if (m.kind == MountSpec::Kind::kUmount && f.size() > 2)
       return bad("container-mounts", entry, "takes no flags: umount:/DST");
     if (m.is_bind() && has_dotdot(m.source))

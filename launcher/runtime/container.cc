@@ -364,8 +364,9 @@ Status pivot_into(const std::string& root, const TaskView& task) {
   SLIPWAY_SYS(chdir("/"), "chdir /");
   const std::string wd = task.workdir.empty() ? std::string("/") : task.workdir;
   if (chdir(wd.c_str()) == -1)
-    return Status::error("working directory '" + wd + "' does not exist in the container: " +
-                             strerror(errno) + "; check --container-workdir (or the image's WorkingDir)",
+    // "PATH: No such file or directory", unquoted, as pyxis's "couldn't chdir to PATH: ..." has it.
+    return Status::error("working directory in the container: " + wd + ": " + strerror(errno) +
+                             "; check --container-workdir (or the image's WorkingDir)",
                          errno);
   return Status();
 }

@@ -82,10 +82,12 @@ TaskEntry task_entry(const Step& step, const JobOptions& options, const TaskInpu
     if (is_dir(*pmix)) t.view.binds.push_back({.source = *pmix, .destination = *pmix});
     const bool bound = std::any_of(t.view.binds.begin(), t.view.binds.end(),
                                    [&](const Bind& b) { return b.destination == *pmix; });
-    if (!bound) t.env.emplace_back("PMIX_MCA_gds", "hash");
-    if (step.spec.remap_root && is_dir("/run/munge")) t.env.emplace_back("PMIX_MCA_psec", "munge");
+    // As enroot's PMIx hook, a PMIX_MCA_* the job sets itself is kept.
+    if (!bound && !in.job_env("PMIX_MCA_gds")) t.env.emplace_back("PMIX_MCA_gds", "hash");
+    if (step.spec.remap_root && is_dir("/run/munge") && !in.job_env("PMIX_MCA_psec"))
+      t.env.emplace_back("PMIX_MCA_psec", "munge");
   }
-  add_working_directory(options, step.spec, in.cwd, step.image.config.working_dir, t.view);
+  add_working_directory(options, step.image.config.working_dir, t.view);
   return t;
 }
 

@@ -79,7 +79,6 @@ Result<EntrypointRun> step_entrypoint(const ContainerHolder& holder, const Step&
                                       const std::vector<std::string>& job_env);
 
 struct TaskInput {
-  std::string cwd;   // the task's working directory outside
   std::string home;  // the user's home outside
   std::vector<std::string> entrypoint_env;  // what the entrypoint exported, NAME=VALUE
   // The job's value of NAME, if the job has it (the task's own environment).
@@ -95,7 +94,8 @@ struct TaskEntry {
 // (options/container_plan.h image_settings), HOME inside, and for a PMIx step the server's
 // directory bound at the same path, or else PMIX_MCA_gds=hash (without it the shared-memory
 // store cannot be used), and PMIX_MCA_psec=munge when root is remapped inside (only munge can
-// then prove who the task is to Slurm's PMIx server: docs/platform.md, "PMIx").
+// then prove who the task is to Slurm's PMIx server: docs/platform.md, "PMIx"); neither over the
+// job's own value.
 TaskEntry task_entry(const Step& step, const JobOptions& options, const TaskInput& in);
 
 // The task's last steps before its command: no privileges to gain (setuid binaries, file

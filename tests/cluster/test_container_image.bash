@@ -87,7 +87,7 @@ test_wrong_image_fails_within_10s_with_one_line() {
     assert_less "$(elapsed "$t0")" 10 "seconds to fail"
     assert_equal 1 "$(grep -c 'slipway:' <<<"$output")" "slipway error lines"
     # pyxis's phrase and the image as the user wrote it, then the cause and the fix.
-    assert_output_contains "slipway: failed to import docker image '$ref': image '$ref:latest' not found on registry ${ref%%/*}"
+    assert_output_contains "slipway: failed to import docker image: $ref: image '$ref:latest' not found on registry ${ref%%/*}"
     run_job squeue -h -u slwuser
     assert_output ""
 }
@@ -98,7 +98,7 @@ test_unreachable_registry_fails_fast() {
     run_job srun -N1 -K --container-image=$SANDBOX_NET.1:5999/slipway/busybox true
     assert_failure
     assert_less "$(elapsed "$t0")" 10 "seconds to fail"
-    assert_output_contains "slipway: failed to import docker image '$SANDBOX_NET.1:5999/slipway/busybox': cannot reach registry $SANDBOX_NET.1:5999"
+    assert_output_contains "slipway: failed to import docker image: $SANDBOX_NET.1:5999/slipway/busybox: cannot reach registry $SANDBOX_NET.1:5999"
 }
 
 test_bad_dl_gpus_is_rejected_at_submission() {

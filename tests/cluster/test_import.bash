@@ -268,11 +268,11 @@ check_auth_registry() {
     run_job srun -N2 -K --container-image="$ref" cat /etc/slipway-image
     assert_failure
     assert_equal 1 "$(grep -c 'slipway:' <<<"$output")" "slipway error lines"
-    assert_output_contains "slipway: failed to import docker image '$ref': image '$ref' not found on registry $host or it needs credentials (HTTP 401); check the name or add 'machine $host login USER password PASS' to ~/.config/slipway/credentials"
+    assert_output_contains "slipway: failed to import docker image: $ref: image '$ref' not found on registry $host or it needs credentials (HTTP 401); check the name or add 'machine $host login USER password PASS' to ~/.config/slipway/credentials"
     write_credentials "machine $host login $AUTH_USER password wrong"
     run_job srun -N2 -K --container-image="$ref" cat /etc/slipway-image
     assert_failure
-    assert_output_contains "slipway: failed to import docker image '$ref': registry $host refused credentials for 'slipway/busybox' (HTTP 401); check $CREDS"
+    assert_output_contains "slipway: failed to import docker image: $ref: registry $host refused credentials for 'slipway/busybox' (HTTP 401); check $CREDS"
     write_credentials "machine $host login $AUTH_USER password $AUTH_PASSWORD"
     run_job srun -N2 -K --container-image="$ref" cat /etc/slipway-image
     assert_success
@@ -383,7 +383,7 @@ test_local_archives_and_layouts_import_as_the_job_user() {
     skopeo copy -q "oci:$layout:latest" "docker-archive:$path" && chmod 0600 "$path"
     run_job srun -N1 -K --container-image="$path" true
     assert_failure
-    assert_output_contains "slipway: failed to import docker image '$path': cannot open image '$path': Permission denied; the job's user (uid $JOB_UID) must be able to read it"
+    assert_output_contains "slipway: failed to import docker image: $path: cannot open image '$path': Permission denied; the job's user (uid $JOB_UID) must be able to read it"
 }
 
 # ------------------------------------------------------------ commands --
@@ -480,7 +480,7 @@ test_site_bounds_on_imports() {
     trap '"$SANDBOX" up >/dev/null 2>&1 || echo "# could not restore the sandbox" >&2' EXIT
     run_job srun -N1 -K --container-image="$DEBIAN_PYTHON" true
     assert_failure
-    assert_output_contains "failed to import docker image '$DEBIAN_PYTHON'"
+    assert_output_contains "failed to import docker image: $DEBIAN_PYTHON"
     assert_output_contains "(max_image_size=, SLIPWAY_MAX_IMAGE_SIZE)"
     SLIPWAY_PLUGIN_ARGS="$registries" "$SANDBOX" up >/dev/null 2>&1 || fail "could not restore the sandbox"
     trap - EXIT

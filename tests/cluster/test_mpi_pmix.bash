@@ -62,7 +62,7 @@ test_pmix_put_commit_fence_get_across_nodes() {
 
 test_pmix_with_root_inside() {
     run_job srun --mpi=pmix -N2 --ntasks-per-node=2 -K --container-image="$PYTHON" --container-remap-root \
-        "$BIN/pmix_client"
+        --container-mounts="$BIN" "$BIN/pmix_client"
     assert_success
     assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[12] peers ok$' <<<"$output")" "ranks that got every peer"
 }
@@ -113,8 +113,22 @@ test_pmix_and_mpi_through_slipway_run() {
 test_pmix_with_root_inside_through_slipway_run() {
     run_job env SLIPWAY_INSECURE_REGISTRIES="$SANDBOX_NET.1:5000" \
         srun --mpi=pmix -N2 --ntasks-per-node=2 -K "$BIN/slipway" run --container-image="$PYTHON" \
-        --container-remap-root -- sh -c "echo psec=\$PMIX_MCA_psec; $BIN/pmix_client"
+        --container-remap-root --container-mounts="$BIN" -- sh -c "echo psec=\$PMIX_MCA_psec; $BIN/pmix_client"
     assert_success
     assert_equal 4 "$(grep -cx 'psec=munge' <<<"$output")" "tasks told to prove who they are with munge"
     assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[12] peers ok$' <<<"$output")" "ranks that got every peer"
+}
+
+# enroot's PMIx hook (which pyxis sites install) sets PMIX_MCA_psec and PMIX_MCA_gds only where the
+# job has not: a job's own choice reaches its tasks, through the plugin and through slipway run.
+test_pmix_mca_settings_of_the_job_are_kept() {
+    run_job env PMIX_MCA_psec=native srun --mpi=pmix -N2 -K --container-image="$PYTHON" \
+        --container-remap-root sh -c 'echo "psec=$PMIX_MCA_psec"'
+    assert_success
+    assert_equal 2 "$(grep -cx 'psec=native' <<<"$output")" "tasks keeping the job's PMIX_MCA_psec"
+    run_job env SLIPWAY_INSECURE_REGISTRIES="$SANDBOX_NET.1:5000" PMIX_MCA_psec=native \
+        srun --mpi=pmix -N1 -K "$BIN/slipway" run --container-image="$PYTHON" \
+        --container-remap-root -- sh -c 'echo "psec=$PMIX_MCA_psec"'
+    assert_success
+    assert_output_contains "psec=native"
 }

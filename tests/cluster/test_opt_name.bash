@@ -181,3 +181,41 @@ test_global_scope_outlives_the_job() {
     [[ -d $cache/containers/global/global-$$ ]] || fail "no $cache/containers/global/global-$$"
     rm -rf "$cache/containers/global/global-$$" "$cache/containers/global/global-$$".{lock,run}
 }
+
+# pyxis leaves a running container's mounts as they are and says so: "ignoring --container-mounts
+# when attaching to a running container".
+test_attaching_step_ignores_its_container_mounts() {
+    in_alloc 1 "
+        srun -K --container-image=$BUSYBOX --container-name=mnts sleep 6 &
+        sleep 2
+        srun --overlap -K --container-name=mnts --container-mounts=/etc:/mnt/attach_test \
+            sh -c '[ -e /mnt/attach_test/passwd ] && echo mounted || echo not-mounted'
+        srun --overlap -K --container-name=mnts true
+        wait"
+    assert_success
+    assert_output_matches "slipway: ignoring --container-mounts when attaching to a running container \('mnts' on node[0-9]+\)"
+    assert_equal 1 "$(grep -c 'ignoring --container-mounts' <<<"$output")" "notices (none without the option)"
+    assert_output_contains "not-mounted"
+}
+
+test_sbatch_attaching_step_ignores_its_container_mounts() {
+    local script
+    script=$(job_user_home)/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-name-mounts-$$.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$BUSYBOX
+#SBATCH --container-name=bmnts
+#SBATCH -N1 --time=2
+srun -K sleep 5 &
+sleep 2
+srun --overlap -K --container-mounts=/etc:/mnt/attach_test sh -c '[ -e /mnt/attach_test/passwd ] && echo mounted || echo not-mounted'
+wait
+EOS
+    chown slwuser "$script"
+    run_batch "$script"
+    rm -f "$script"
+    echo "$output" >&2
+    assert_success
+    assert_output_contains "slipway: ignoring --container-mounts when attaching to a running container ('bmnts' on node"
+    assert_output_contains "not-mounted"
+}

@@ -21,7 +21,7 @@ setup_file() {
 teardown_file() { rm -rf "$DIR"; }
 
 test_root_inside_the_job_user_outside() {
-    run_job srun -N4 -K --container-image="$BUSYBOX" --container-remap-root \
+    run_job srun -N4 -K --container-image="$BUSYBOX" --container-remap-root --container-mounts="$DIR" \
         sh -c 'echo "ids $(id -u):$(id -g)"; touch '"$DIR"'/made-$SLURM_PROCID'
     assert_success
     assert_equal 4 "$(grep -cx 'ids 0:0' <<<"$output")" "tasks that are root inside"
@@ -78,8 +78,8 @@ test_dpkg_installs_a_package_as_root_inside() {
     run_host dpkg-deb --build "$pkg" "$DIR/test.deb"
     assert_success
     chmod 0644 "$DIR/test.deb"
-    run_job srun -N1 -K --container-image="$PYTHON" --container-remap-root --container-writable sh -c \
-        "dpkg -i $DIR/test.deb && cat /opt/slipway-test/data && dpkg-query -W -f='\${Status}\n' slipway-remap-test"
+    run_job srun -N1 -K --container-image="$PYTHON" --container-remap-root --container-writable \
+        --container-mounts="$DIR" sh -c "dpkg -i $DIR/test.deb && cat /opt/slipway-test/data && dpkg-query -W -f='\${Status}\n' slipway-remap-test"
     assert_success
     assert_output_contains "postinst ran as 0"
     assert_output_contains "payload"

@@ -111,3 +111,56 @@ test_salloc_unshare() {
     assert_success
     assert_equal 2 "$(grep -cx 'lo,' <<<"$output")" "steps with only a loopback"
 }
+
+# As pyxis: a step that joins a running container cannot have a namespace of its own, so one that
+# asks to unshare a namespace the container shares with the node is refused ("not in a separate
+# network namespace", pyxis's words); the container's own namespaces are the step's.
+test_joining_step_refuses_a_namespace_the_container_lacks() {
+    run_job salloc -N1 --time=2 sh -c "
+        srun -K --container-image=$BUSYBOX --container-name=nons sleep 8 &
+        sleep 2
+        for ns in net ipc uts; do
+            srun --overlap -K --container-name=nons --container-unshare=\$ns true; echo \$ns=\$?
+        done
+        srun --overlap -K --container-name=nons true; echo plain=\$?
+        wait"
+    assert_output_matches "slipway: --container-unshare=net: container 'nons' running on node[0-9]+ is not in a separate network namespace"
+    assert_output_contains "is not in a separate IPC namespace"
+    assert_output_contains "is not in a separate UTS namespace"
+    assert_output_not_contains "net=0"
+    assert_output_not_contains "ipc=0"
+    assert_output_not_contains "uts=0"
+    assert_output_contains "plain=0"
+}
+
+test_joining_step_may_name_the_containers_namespace() {
+    run_job salloc -N1 --time=2 sh -c "
+        srun -K --container-image=$BUSYBOX --container-name=ownnet --container-unshare=net sh -c 'readlink /proc/self/ns/net; sleep 5' &
+        sleep 2
+        srun --overlap -K --container-name=ownnet --container-unshare=net readlink /proc/self/ns/net
+        wait"
+    assert_success
+    assert_equal 2 "$(grep -c '^net:' <<<"$output")" "steps that ran"
+    assert_equal 1 "$(grep '^net:' <<<"$output" | sort -u | wc -l)" "network namespaces"
+}
+
+test_sbatch_joining_step_refuses_a_namespace_the_container_lacks() {
+    local script
+    script=$(job_user_home)/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-unshare-join-$$.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$BUSYBOX
+#SBATCH --container-name=batchns
+#SBATCH -N1 --time=2
+srun -K sleep 6 &
+sleep 2
+srun --overlap -K --container-unshare=uts true; echo "uts=\$?"
+wait
+EOS
+    chown slwuser "$script"
+    run_batch "$script"
+    rm -f "$script"
+    echo "$output" >&2
+    assert_output_contains "is not in a separate UTS namespace"
+    assert_output_not_contains "uts=0"
+}

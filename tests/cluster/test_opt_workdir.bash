@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright The Slipway authors
 # --container-workdir=PATH on the sandbox: every task of every node starts in PATH inside the
-# container; by default in the image's WorkingDir (as pyxis), or for an image without one in the
-# submission directory, bound in when home and /tmp do not cover it; a PATH missing from the image
-# fails naming the option. srun, #SBATCH, salloc.
+# container; by default, as with pyxis (enroot's /etc/rc), in the image's WorkingDir, or for an
+# image without one in /, wherever srun ran (which is not bound in for it); a PATH missing from the
+# image fails naming the option, with pyxis's "PATH: No such file or directory". srun, #SBATCH,
+# salloc.
 
 setup_file() {
     require_sandbox
@@ -30,29 +31,46 @@ test_workdir_is_the_cwd_of_every_task() {
     assert_equal 8 "$(grep -cx busybox <<<"$output")" "tasks reading ./slipway-image"
 }
 
-test_default_is_the_submission_directory() {
+test_default_is_the_root_as_with_pyxis() {
     run_job srun -N2 -K --container-image="$BUSYBOX" pwd
     assert_success
-    assert_equal 2 "$(grep -cx "$(job_user_home)" <<<"$output")" "tasks in the submission directory"
+    assert_equal 2 "$(grep -cx / <<<"$output")" "tasks in /"
+    run_job salloc -N1 --time=2 --container-image="$BUSYBOX" srun -K pwd
+    assert_success
+    assert_output_contains /
+    assert_output_not_contains "$(job_user_home)"
 }
 
-test_submission_directory_outside_home_is_bound() {
-    run_job srun -N2 -K -D "$OUTSIDE" --container-image="$BUSYBOX" sh -c 'pwd; cat marker'
+# pyxis binds nothing for the directory srun ran in: neither do we.
+test_submission_directory_is_not_bound() {
+    run_job srun -N2 -K -D "$OUTSIDE" --container-image="$BUSYBOX" \
+        sh -c "pwd; [ -e '$OUTSIDE/marker' ] && echo bound || echo not-bound"
     assert_success
-    assert_equal 2 "$(grep -cx "$OUTSIDE" <<<"$output")" "tasks in $OUTSIDE"
-    assert_equal 2 "$(grep -cx outside <<<"$output")" "tasks reading ./marker"
+    assert_equal 2 "$(grep -cx / <<<"$output")" "tasks in /"
+    assert_equal 2 "$(grep -cx not-bound <<<"$output")" "tasks without $OUTSIDE"
 }
 
-test_home_as_submission_directory_is_bound_without_mount_home() {
-    run_job srun -N2 -K --container-image="$BUSYBOX" --no-container-mount-home sh -c 'pwd; ls -d "$HOME"'
+test_sbatch_default_is_the_root() {
+    local script
+    script=$OUTSIDE/default.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$BUSYBOX
+#SBATCH -N1 --time=2
+srun -K sh -c 'echo "step \$(pwd)"'
+EOS
+    chown slwuser "$script"
+    run_batch "$script" -D "$OUTSIDE"
+    rm -f "$script"
     assert_success
-    assert_equal 4 "$(grep -cx "$(job_user_home)" <<<"$output")" "tasks in (and seeing) home"
+    assert_output "step /"
+    assert_output_not_contains "$OUTSIDE"
 }
 
 test_workdir_missing_in_the_image_fails_naming_the_option() {
     run_job srun -N2 -K --container-image="$BUSYBOX" --container-workdir=/no/such/dir true
     assert_failure
-    assert_output_contains "working directory '/no/such/dir' does not exist in the container"
+    assert_output_contains "working directory in the container: /no/such/dir: No such file or directory"
     assert_output_contains "check --container-workdir"
 }
 

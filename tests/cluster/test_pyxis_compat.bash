@@ -104,7 +104,8 @@ make_local_repo() {
 test_apt_get_update_and_install_under_remap_root() {
     make_local_repo
     local src="deb [trusted=yes] file:$DIR/repo ./"
-    run_job srun -N2 -K --container-image="$PYTHON" --container-remap-root --container-writable sh -c "
+    run_job srun -N2 -K --container-image="$PYTHON" --container-remap-root --container-writable \
+        --container-mounts="$DIR" sh -c "
         echo '$src' >/etc/apt/sources.list && rm -f /etc/apt/sources.list.d/* &&
         apt-get update -q 2>&1 && apt-get install -y -q slipway-apt-test >/dev/null 2>&1 &&
         echo \"installed \$(cat /opt/slipway-apt/data)\""
@@ -117,6 +118,7 @@ test_apt_get_update_and_install_under_remap_root() {
 #SBATCH --container-image=$PYTHON
 #SBATCH --container-remap-root
 #SBATCH --container-writable
+#SBATCH --container-mounts=$DIR
 #SBATCH -N1 --time=2
 srun -K sh -c "echo '$src' >/etc/apt/sources.list && apt-get update -q >/dev/null 2>&1 && apt-get install -y -q slipway-apt-test >/dev/null 2>&1 && cat /opt/slipway-apt/data"
 EOS
@@ -162,10 +164,11 @@ printf '[local]\nname=local\nbaseurl=file://$DIR/rpmrepo\ngpgcheck=0\n' >/etc/yu
 dnf -y -q --releasever=12 install slipway-dnf-test >/dev/null 2>&1 && echo "installed \$(cat /opt/slipway-dnf/data)"
 EOS
     chown slwuser "$install"
-    run_job srun -N2 -K --container-image="$DNF" --container-remap-root --container-writable sh "$install"
+    run_job srun -N2 -K --container-image="$DNF" --container-remap-root --container-writable \
+        --container-mounts="$DIR" sh "$install"
     assert_success
     assert_equal 2 "$(grep -cx 'installed from-the-rpm' <<<"$output")" "nodes that installed the RPM"
-    in_alloc 1 "srun -K --container-image=$DNF --container-remap-root --container-writable sh $install"
+    in_alloc 1 "srun -K --container-image=$DNF --container-remap-root --container-writable --container-mounts=$DIR sh $install"
     assert_success
     assert_output_contains "installed from-the-rpm"
 }
@@ -268,7 +271,22 @@ test_pyxis_error_phrases() {
     assert_output_contains "source path does not exist: '$DIR/absent'"
     run_job srun -K --container-image=127.0.0.1:9/no/such:tag true
     assert_failure
-    assert_output_contains "failed to import docker image '127.0.0.1:9/no/such:tag'"
+    assert_output_contains "failed to import docker image: 127.0.0.1:9/no/such:tag"
+    # pyxis: "couldn't chdir to PATH: No such file or directory"; enroot: a mount destination out
+    # of the root is "Cross-device link".
+    run_job srun -K --container-image="$BUSYBOX" --container-workdir=/no/such/dir true
+    assert_failure
+    assert_output_contains "/no/such/dir: No such file or directory"
+    local how
+    for how in srun sbatch salloc; do
+        case $how in
+            srun) run_job srun -K --container-image="$BUSYBOX" --container-mounts=/tmp:../home true ;;
+            sbatch) run_job sbatch -N1 --container-image="$BUSYBOX" --container-mounts=/tmp:../home --wrap true ;;
+            salloc) run_job salloc -N1 --container-image="$BUSYBOX" --container-mounts=/tmp:../home true ;;
+        esac
+        assert_failure
+        assert_output_contains "Cross-device link"
+    done
     run_job srun -K --container-image="$DIR/absent.sqsh" true
     assert_failure
     assert_output_contains "$DIR/absent.sqsh"
@@ -314,7 +332,7 @@ test_podman_and_dockerd_images() {
     assert_output_contains "busybox"
     run_job srun -K --container-image=podman://no/such:image true
     assert_failure
-    assert_output_contains "failed to import docker image 'podman://no/such:image': cannot export 'podman://no/such:image' from podman"
+    assert_output_contains "failed to import docker image: podman://no/such:image: cannot export 'podman://no/such:image' from podman"
     run_job srun -K --container-image=podman://--help true
     assert_failure
     assert_output_contains "give the image's name after podman://"

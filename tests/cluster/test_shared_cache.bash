@@ -215,7 +215,7 @@ test_a_shared_cache_another_user_could_write_is_refused_in_one_line() {
     assert_failure
     local why="cache directory $CACHE is inside $SHARED, which others may write without the sticky bit (mode 0777: they could replace the cache); chmod +t $SHARED (as /tmp is) or choose another cache directory"
     # One line per node, and no other line of ours.
-    assert_equal 2 "$(grep -cF "slipway: failed to import docker image '$BUSYBOX': $why" <<<"$output")" "refusals"
+    assert_equal 2 "$(grep -cF "slipway: failed to import docker image: $BUSYBOX: $why" <<<"$output")" "refusals"
     assert_equal 2 "$(grep -c 'slipway: ' <<<"$output")" "lines of slipway's"
     assert_no_file "$CACHE/images"
     assert_equal "" "$(sandbox_pids slipway; pgrep -u slwuser -x sleep || true)" "processes left"

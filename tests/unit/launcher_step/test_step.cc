@@ -141,7 +141,7 @@ START_TEST(the_task_gets_the_image_env_home_and_pmix_settings) {
   Step step;
   step.image.config.env = {"A=1", "PATH=/image/bin"};
   std::map<std::string, std::string> job = {{"PATH", "/usr/bin"}};
-  TaskInput in{.cwd = "/", .home = sb.base, .entrypoint_env = {"B=2"},
+  TaskInput in{.home = sb.base, .entrypoint_env = {"B=2"},
                .job_env = [&](const std::string& n) -> std::optional<std::string> {
                  auto it = job.find(n);
                  return it == job.end() ? std::nullopt : std::optional<std::string>(it->second);
@@ -170,6 +170,10 @@ START_TEST(the_task_gets_the_image_env_home_and_pmix_settings) {
   t = task_entry(step, opts, in);
   for (const auto& b : t.view.binds) ck_assert(b.source != sb.base + "/missing");
   ASSERT_SAME_STR(value(t, "PMIX_MCA_gds"), "hash");
+  // A store the job chose itself is kept, as enroot's PMIx hook keeps it.
+  job["PMIX_MCA_gds"] = "ds12";
+  ASSERT_SAME_STR(value(task_entry(step, opts, in), "PMIX_MCA_gds"), "<unset>");
+  job.erase("PMIX_MCA_gds");
   // Root remapped inside: the home is /root, and munge proves who the task is, where the node
   // runs munge.
   step.spec.remap_root = true;
@@ -178,6 +182,8 @@ START_TEST(the_task_gets_the_image_env_home_and_pmix_settings) {
   struct stat st;
   const bool munge = stat("/run/munge", &st) == 0 && S_ISDIR(st.st_mode);
   ASSERT_SAME_STR(value(task_entry(step, opts, in), "PMIX_MCA_psec"), munge ? "munge" : "<unset>");
+  job["PMIX_MCA_psec"] = "native";  // the job's own choice stays
+  ASSERT_SAME_STR(value(task_entry(step, opts, in), "PMIX_MCA_psec"), "<unset>");
 }
 END_TEST
 
