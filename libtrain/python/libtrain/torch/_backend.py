@@ -13,13 +13,8 @@ import weakref
 import torch
 
 from .. import _libtrain
-from . import _ops
-
-try:
-    import torch.distributed as dist
-    _AVAILABLE = dist.is_available()
-except ImportError:  # a torch built without distributed support: no backend to register
-    dist, _AVAILABLE = None, False
+from . import _compat, _ops
+from ._compat import AVAILABLE as _AVAILABLE, dist
 
 BACKEND_NAME = "libtrain"
 
@@ -128,7 +123,7 @@ def _future_value(fut):
 
 class _Work(dist.Work if _AVAILABLE else object):
     """A collective in flight: libtrain handles, then a finish step (copies out of staging
-    buffers); completed by the group's completion thread, which also completes get_future()."""
+    buffers); completed by the group's completion thread, and get_future() then by a runner."""
 
     def __init__(self, handles, finish, result):
         super().__init__()
@@ -150,11 +145,14 @@ class _Work(dist.Work if _AVAILABLE else object):
         except Exception as e:  # libtrain.Error and whatever a finish step raises
             self._error = e
         self._handles = self._finish = None
+        self._done.set()
+
+    def _resolve(self):
+        """Completes the future, which runs its then() callbacks in this thread."""
         if self._error is None:
             self._raw.set_result(self._result)
         else:
             self._raw.set_exception(self._error)
-        self._done.set()
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
@@ -189,13 +187,54 @@ class _Work(dist.Work if _AVAILABLE else object):
         return self._future
 
 
+class _Runners:
+    """Threads that complete works' futures. A future runs its then() callbacks in the thread
+    that completes it, and a callback may wait for a later collective (PowerSGD's hook does):
+    a new runner starts whenever every one is busy, so that later one is never queued behind it."""
+
+    def __init__(self, label):
+        self._label, self._queue, self._lock = label, queue.SimpleQueue(), threading.Lock()
+        self._idle, self._threads = 0, []
+
+    def submit(self, fn):
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                t = threading.Thread(target=self._run, daemon=True,
+                                     name=f"libtrain-c10d-{self._label}-future{len(self._threads)}")
+                self._threads.append(t)
+                t.start()
+        self._queue.put(fn)
+
+    def _run(self):
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            fn()
+            fn = None
+            with self._lock:
+                self._idle += 1
+
+    def stop(self):
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put(None)
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(timeout=_STOP_WAIT_S)
+
+
 class _Completer:
     """One daemon thread per group: waits for works in issue order (libtrain runs a group's
-    collectives in that order) and completes them and their futures, errors included."""
+    collectives in that order) and completes them, errors included; their futures go to runners."""
 
     def __init__(self, label):
         self._queue = queue.SimpleQueue()
         self._recent = collections.deque(maxlen=_KEEP_COMPLETED)
+        self._runners = _Runners(label)
         self._thread = threading.Thread(target=self._run, name=f"libtrain-c10d-{label}", daemon=True)
         self._thread.start()
 
@@ -210,6 +249,7 @@ class _Completer:
         self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=_STOP_WAIT_S)
+        self._runners.stop()
 
     def _run(self):
         while True:
@@ -217,6 +257,7 @@ class _Completer:
             if work is None:
                 return
             work._complete()
+            self._runners.submit(work._resolve)
             self._recent.append(work)
             work = None
 
@@ -224,7 +265,7 @@ class _Completer:
 def _make_communicator(store, rank, size, timeout):
     """A Communicator over the group's (already group-prefixed) c10d store. LIBTRAIN_TIMEOUT wins;
     else a timeout= other than c10d's default becomes libtrain's timeout, as it is Gloo's."""
-    default = getattr(dist.distributed_c10d, "default_pg_timeout", datetime.timedelta(minutes=30))
+    default = _compat.default_pg_timeout()
     seconds = 0.0
     if (not os.environ.get("LIBTRAIN_TIMEOUT") and isinstance(timeout, datetime.timedelta)
             and timeout != default and timeout.total_seconds() > 0):
@@ -236,7 +277,7 @@ def _make_communicator(store, rank, size, timeout):
 _group_count = 0
 
 
-class ProcessGroupLibtrain(dist.ProcessGroup if _AVAILABLE else object):
+class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE else object):
     """torch.distributed process group on libtrain: shared memory in a node, a TCP ring across
     nodes. CPU tensors (others go through CPU copies). Every rank must issue the same collectives
     in the same order, as c10d requires of every backend."""
@@ -549,4 +590,5 @@ def _create(store, rank, size, timeout):
 
 
 if _AVAILABLE and not hasattr(dist.Backend, BACKEND_NAME.upper()):
-    dist.Backend.register_backend(BACKEND_NAME, _create)
+    _compat.tcpstore_without_libuv()
+    _compat.register_backend(BACKEND_NAME, _create)
