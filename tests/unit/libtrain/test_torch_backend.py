@@ -19,11 +19,16 @@ import libtrain, libtrain.torch
 
 scenario, out_dir = sys.argv[1], sys.argv[2]
 backend = "gloo" if scenario in ("gloo", "fsdp_gloo") else "libtrain"
-init_kwargs = {}
 if scenario == "features" and "device_id" in inspect.signature(dist.init_process_group).parameters:
-    # PyTorch >= 2.3 binds the group to the rank's GPU (a CUDA device, whether or not one exists)
-    init_kwargs["device_id"] = torch.device("cuda", 0)
-dist.init_process_group(backend, **init_kwargs)  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    # PyTorch >= 2.3 binds the group to the rank's GPU; 2.6 takes a CUDA device without one, later
+    # versions refuse any device_id without an accelerator (before the rendezvous), whatever the backend.
+    try:
+        dist.init_process_group(backend, device_id=torch.device("cuda", 0))
+    except ValueError as e:
+        assert "accelerator" in str(e) and not torch.cuda.is_available(), e
+        print(f"skipped device_id: PyTorch {torch.__version__} without an accelerator: {e}", flush=True)
+if not dist.is_initialized():
+    dist.init_process_group(backend)  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 r, n = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == backend, dist.get_backend()
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64]
@@ -304,15 +309,15 @@ def check_features():
         def compiled(m):
             return torch.compile(m, backend="aot_eager")
         for label, wrap in [("compile_in_ddp", lambda m: DDP(compiled(m))),
-                            ("ddp_compiled", lambda m: compiled(DDP(m, bucket_cap_mb=0.001)))]:
+                            ("ddp_compiled", lambda m: compiled(DDP(m)))]:
             model = train_net(6, wrap)
             close_to(model.named_parameters(), ref, 1e-5, label)
             save_weights(model.parameters(), label)
     else:
         print(f"rank {r}: skipped torch.compile: PyTorch {torch.__version__} has none", flush=True)
-    # Functional collectives (DTensor's, torch.compile's): the ones PyTorch routes to the group's
-    # Python methods work; all_gather_tensor and reduce_scatter_tensor ask the group for a C++
-    # backend: a known limitation (README.md), and where they work they must be right.
+    # Functional collectives (DTensor's): PyTorch's C++ side calls the group's coalesced forms
+    # (2.6) or its *_single forms (2.14). Should a PyTorch ask the group for a per-device C++
+    # backend instead, the error must say so (README.md); where they work they must be right.
     try:
         import torch.distributed._functional_collectives as funcol
     except ImportError:

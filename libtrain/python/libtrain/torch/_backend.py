@@ -277,6 +277,7 @@ def _make_communicator(store, rank, size, timeout):
 _group_count = 0
 
 
+@_compat.run_eagerly
 class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE else object):
     """torch.distributed process group on libtrain: shared memory in a node, a TCP ring across
     nodes. CPU tensors (others go through CPU copies). Every rank must issue the same collectives
@@ -392,15 +393,11 @@ class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         if len(output_lists) != len(inputs):
             raise ValueError("libtrain backend: allgather_coalesced needs one output list per input")
-        parts = [self._allgather_one(outs, _tensor(t, "allgather_coalesced"))
-                 for outs, t in zip(output_lists, inputs)]
+        return self._coalesced([self._allgather_one(outs, _tensor(t, "allgather_coalesced"))
+                                for outs, t in zip(output_lists, inputs)], output_lists)
 
-        def finish():
-            for _, f in parts:
-                f()
-        return self._issue([h for h, _ in parts], finish, output_lists)
-
-    def _allgather_base(self, output, input, opts=None):
+    def _allgather_into(self, output, input):
+        """Starts every rank's `input` into `output` (rank r's at r * numel): (handle, finish)."""
         _tensor(output, "all_gather_into_tensor")
         _tensor(input, "all_gather_into_tensor")
         if output.numel() != self.size() * input.numel() or output.dtype != input.dtype:
@@ -410,7 +407,31 @@ class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE 
         src, dst = _Buf(input), _Buf(output, copy_in=False)
         h = self._comm.allgather((src.buf, dst.buf), src.addr, dst.addr, src.count, src.dtype,
                                  "c10d.allgather")
-        return self._issue([h], dst.copy_back, [output])
+        return h, dst.copy_back
+
+    def _allgather_base(self, output, input, opts=None):
+        h, finish = self._allgather_into(output, input)
+        return self._issue([h], finish, [output])
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced([self._allgather_into(o, i) for o, i in zip(outputs, inputs)], outputs)
+
+    def _coalesced(self, parts, result):
+        """One work for several (handle, finish) pairs."""
+        def finish():
+            for _, f in parts:
+                f()
+        return self._issue([h for h, _ in parts], finish, list(result))
+
+    def gather_single(self, output, input, opts=None):
+        """Every rank's `input` into the root's `output` (rank r's at r * numel)."""
+        root = opts.rootRank if opts is not None else 0
+        self._check_root(root, "gather")
+        if self.rank() == root:
+            h, finish = self._allgather_into(output, input)
+            return self._issue([h], finish, [output])
+        _, h = self._gather_all(input)
+        return self._issue([h], None, [output])
 
     def gather(self, output_lists, inputs, opts=None):
         """An allgather of which the root keeps the result."""
@@ -451,9 +472,13 @@ class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE 
     def _reduce_scatter_flat(self, flat, out, op, result):
         """Allreduces the private CPU tensor `flat` (size * out.numel() elements) and keeps this
         rank's slice: n times the bytes of a ring reduce-scatter, on libtrain's allreduce."""
+        return self._issue(*self._reduce_scatter_part(flat, out, op), result)
+
+    def _reduce_scatter_part(self, flat, out, op):
+        """(handles, finish) of _reduce_scatter_flat."""
         b, h = self._allreduce(flat, op, private=False)
         me, n = self.rank(), out.numel()
-        return self._issue([h], lambda: out.copy_(b.buf[me * n:(me + 1) * n].view(out.shape)), result)
+        return [h], lambda: out.copy_(b.buf[me * n:(me + 1) * n].view(out.shape))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         out = _one(outputs, "reduce_scatter")
@@ -464,16 +489,27 @@ class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE 
         flat = torch.cat([i.reshape(-1).to("cpu") for i in input_lists[0]])
         return self._reduce_scatter_flat(flat, out, op, [out])
 
-    def _reduce_scatter_base(self, output, input, opts=None):
+    def _check_reduce_scatter_tensor(self, output, input):
         _tensor(output, "reduce_scatter_tensor")
         _tensor(input, "reduce_scatter_tensor")
         if input.numel() != self.size() * output.numel() or output.dtype != input.dtype:
             raise ValueError(f"libtrain backend: reduce_scatter_tensor: the input must hold "
                              f"{self.size()} x {output.numel()} elements of {output.dtype}, got "
                              f"{input.numel()} of {input.dtype}")
-        op = _reduce_op(opts)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        self._check_reduce_scatter_tensor(output, input)
         flat = input.detach().to("cpu", copy=True).reshape(-1)
-        return self._reduce_scatter_flat(flat, output, op, [output])
+        return self._reduce_scatter_flat(flat, output, _reduce_op(opts), [output])
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        op, parts = _reduce_op(opts), []
+        for output, input in zip(outputs, inputs):
+            self._check_reduce_scatter_tensor(output, input)
+            flat = input.detach().to("cpu", copy=True).reshape(-1)
+            hs, finish = self._reduce_scatter_part(flat, output, op)
+            parts.append((hs[0], finish))
+        return self._coalesced(parts, outputs)
 
     # ---- all_to_all -----------------------------------------------------------------------------
 

@@ -62,9 +62,9 @@ class GroupCompat:
     C++ Backend objects it holds, and a group written in Python holds none (a C++ backend cannot
     be built here without torch's headers). From Python, the name answers as it was set
     (DeviceMesh, so FSDP2, looks it up), and the backend asked for by init_process_group(
-    device_id=...) says it cannot split. C++ code that asks for a backend itself (the functional
-    collectives all_gather_tensor and reduce_scatter_tensor, so DTensor.full_tensor()) still
-    fails, with PyTorch's "No backend type associated with device type" (README.md lists it)."""
+    device_id=...) says it cannot split. C++ code that asks a group for a per-device backend
+    itself still fails, with PyTorch's "No backend type associated with device type"; the
+    functional collectives reach the Python methods through the coalesced forms."""
     _libtrain_name = _libtrain_desc = ""
 
     def _set_group_name(self, name):
@@ -84,7 +84,42 @@ class GroupCompat:
     def _get_backend(self, device):
         return _Unsplittable()
 
+    # Newer PyTorch (2.14) calls the single-tensor collectives by new names (all_gather_into_tensor
+    # became all_gather_single, ...); the C++ defaults of those ask for a per-device backend.
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
 
 class _Unsplittable:
     """The per-device backend init_process_group(device_id=...) asks whether it can split."""
     supports_splitting = False
+
+
+def run_eagerly(cls):
+    """torch.compile of a DDP model traces into the group's collectives from DDP's forward, and
+    PyTorch 2.14's dynamo then takes the group for an opaque C++ object whose Python members it
+    refuses ("Member '_check_root' is not registered for this opaque object type"). Each method
+    of `cls` runs eagerly instead (a graph break), as a C++ group's collectives do; PyTorch
+    without torch.compiler (1.13) keeps them as they are."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None:
+        return cls
+    for name, member in list(vars(cls).items()):
+        if inspect.isfunction(member) and not (name.startswith("__") and name.endswith("__")):
+            setattr(cls, name, disable(member))
+    return cls
+
+
+run_eagerly(GroupCompat)
