@@ -28,7 +28,7 @@ from ._ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather
                    broadcast_async, broadcast_async_, grouped_allreduce, join, poll, synchronize)
 from ._optimizer import DistributedOptimizer
 from ._sync_batch_norm import SyncBatchNorm
-from . import _backend  # registers torch.distributed backend "libtrain"
+from . import _backend, _compat  # _backend registers torch.distributed backend "libtrain"
 
 HorovodInternalError = Error
 
@@ -78,8 +78,7 @@ def _torch_rendezvous():
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()):
         return None
-    from torch.distributed import distributed_c10d
-    store = dist.PrefixStore(f"libtrain/hvd/{_torch_worlds + 1}", distributed_c10d._get_default_store())
+    store = dist.PrefixStore(f"libtrain/hvd/{_torch_worlds + 1}", _compat.default_store())
     return _backend._StoreAdapter(store), dist.get_rank(), dist.get_world_size()
 
 

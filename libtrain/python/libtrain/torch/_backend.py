@@ -15,13 +15,8 @@ import weakref
 import torch
 
 from .. import _libtrain
-from . import _ops
-
-try:
-    import torch.distributed as dist
-    _AVAILABLE = dist.is_available()
-except ImportError:  # a torch built without distributed support: no backend to register
-    dist, _AVAILABLE = None, False
+from . import _compat, _ops
+from ._compat import AVAILABLE as _AVAILABLE, dist
 
 BACKEND_NAME = "libtrain"
 
@@ -130,7 +125,7 @@ def _future_value(fut):
 
 class _Work(dist.Work if _AVAILABLE else object):
     """A collective in flight: libtrain handles, then a finish step (copies out of staging
-    buffers); completed by the group's completion thread, which also completes get_future()."""
+    buffers); completed by the group's completion thread, and get_future() then by a runner."""
 
     def __init__(self, handles, finish, result):
         super().__init__()
@@ -152,11 +147,14 @@ class _Work(dist.Work if _AVAILABLE else object):
         except Exception as e:  # libtrain.Error and whatever a finish step raises
             self._error = e
         self._handles = self._finish = None
+        self._done.set()
+
+    def _resolve(self):
+        """Completes the future, which runs its then() callbacks in this thread."""
         if self._error is None:
             self._raw.set_result(self._result)
         else:
             self._raw.set_exception(self._error)
-        self._done.set()
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
@@ -191,13 +189,54 @@ class _Work(dist.Work if _AVAILABLE else object):
         return self._future
 
 
+class _Runners:
+    """Threads that complete works' futures. A future runs its then() callbacks in the thread
+    that completes it, and a callback may wait for a later collective (PowerSGD's hook does):
+    a new runner starts whenever every one is busy, so that later one is never queued behind it."""
+
+    def __init__(self, label):
+        self._label, self._queue, self._lock = label, queue.SimpleQueue(), threading.Lock()
+        self._idle, self._threads = 0, []
+
+    def submit(self, fn):
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                t = threading.Thread(target=self._run, daemon=True,
+                                     name=f"libtrain-c10d-{self._label}-future{len(self._threads)}")
+                self._threads.append(t)
+                t.start()
+        self._queue.put(fn)
+
+    def _run(self):
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            fn()
+            fn = None
+            with self._lock:
+                self._idle += 1
+
+    def stop(self):
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put(None)
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(timeout=_STOP_WAIT_S)
+
+
 class _Completer:
     """One daemon thread per group: waits for works in issue order (libtrain runs a group's
-    collectives in that order) and completes them and their futures, errors included."""
+    collectives in that order) and completes them, errors included; their futures go to runners."""
 
     def __init__(self, label):
         self._queue = queue.SimpleQueue()
         self._recent = collections.deque(maxlen=_KEEP_COMPLETED)
+        self._runners = _Runners(label)
         self._thread = threading.Thread(target=self._run, name=f"libtrain-c10d-{label}", daemon=True)
         self._thread.start()
 
@@ -212,6 +251,7 @@ class _Completer:
         self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=_STOP_WAIT_S)
+        self._runners.stop()
 
     def _run(self):
         while True:
@@ -219,6 +259,7 @@ class _Completer:
             if work is None:
                 return
             work._complete()
+            self._runners.submit(work._resolve)
             self._recent.append(work)
             work = None
 
@@ -226,7 +267,7 @@ class _Completer:
 def _make_communicator(store, rank, size, timeout):
     """A Communicator over the group's (already group-prefixed) c10d store. LIBTRAIN_TIMEOUT wins;
     else a timeout= other than c10d's default becomes libtrain's timeout, as it is Gloo's."""
-    default = getattr(dist.distributed_c10d, "default_pg_timeout", datetime.timedelta(minutes=30))
+    default = _compat.default_pg_timeout()
     seconds = 0.0
     if (not os.environ.get("LIBTRAIN_TIMEOUT") and isinstance(timeout, datetime.timedelta)
             and timeout != default and timeout.total_seconds() > 0):
@@ -238,7 +279,8 @@ def _make_communicator(store, rank, size, timeout):
 _group_count = 0
 
 
-class ProcessGroupLibtrain(dist.ProcessGroup if _AVAILABLE else object):
+@_compat.run_eagerly
+class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE else object):
     """torch.distributed process group on libtrain: shared memory in a node, a TCP ring across
     nodes. CPU tensors (others go through CPU copies). Every rank must issue the same collectives
     in the same order, as c10d requires of every backend."""
@@ -353,15 +395,11 @@ class ProcessGroupLibtrain(dist.ProcessGroup if _AVAILABLE else object):
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         if len(output_lists) != len(inputs):
             raise ValueError("libtrain backend: allgather_coalesced needs one output list per input")
-        parts = [self._allgather_one(outs, _tensor(t, "allgather_coalesced"))
-                 for outs, t in zip(output_lists, inputs)]
+        return self._coalesced([self._allgather_one(outs, _tensor(t, "allgather_coalesced"))
+                                for outs, t in zip(output_lists, inputs)], output_lists)
 
-        def finish():
-            for _, f in parts:
-                f()
-        return self._issue([h for h, _ in parts], finish, output_lists)
-
-    def _allgather_base(self, output, input, opts=None):
+    def _allgather_into(self, output, input):
+        """Starts every rank's `input` into `output` (rank r's at r * numel): (handle, finish)."""
         _tensor(output, "all_gather_into_tensor")
         _tensor(input, "all_gather_into_tensor")
         if output.numel() != self.size() * input.numel() or output.dtype != input.dtype:
@@ -371,7 +409,31 @@ class ProcessGroupLibtrain(dist.ProcessGroup if _AVAILABLE else object):
         src, dst = _Buf(input), _Buf(output, copy_in=False)
         h = self._comm.allgather((src.buf, dst.buf), src.addr, dst.addr, src.count, src.dtype,
                                  "c10d.allgather")
-        return self._issue([h], dst.copy_back, [output])
+        return h, dst.copy_back
+
+    def _allgather_base(self, output, input, opts=None):
+        h, finish = self._allgather_into(output, input)
+        return self._issue([h], finish, [output])
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced([self._allgather_into(o, i) for o, i in zip(outputs, inputs)], outputs)
+
+    def _coalesced(self, parts, result):
+        """One work for several (handle, finish) pairs."""
+        def finish():
+            for _, f in parts:
+                f()
+        return self._issue([h for h, _ in parts], finish, list(result))
+
+    def gather_single(self, output, input, opts=None):
+        """Every rank's `input` into the root's `output` (rank r's at r * numel)."""
+        root = opts.rootRank if opts is not None else 0
+        self._check_root(root, "gather")
+        if self.rank() == root:
+            h, finish = self._allgather_into(output, input)
+            return self._issue([h], finish, [output])
+        _, h = self._gather_all(input)
+        return self._issue([h], None, [output])
 
     def gather(self, output_lists, inputs, opts=None):
         """An allgather of which the root keeps the result."""
@@ -412,9 +474,13 @@ class ProcessGroupLibtrain(dist.ProcessGroup if _AVAILABLE else object):
     def _reduce_scatter_flat(self, flat, out, op, result):
         """Allreduces the private CPU tensor `flat` (size * out.numel() elements) and keeps this
         rank's slice: n times the bytes of a ring reduce-scatter, on libtrain's allreduce."""
+        return self._issue(*self._reduce_scatter_part(flat, out, op), result)
+
+    def _reduce_scatter_part(self, flat, out, op):
+        """(handles, finish) of _reduce_scatter_flat."""
         b, h = self._allreduce(flat, op, private=False)
         me, n = self.rank(), out.numel()
-        return self._issue([h], lambda: out.copy_(b.buf[me * n:(me + 1) * n].view(out.shape)), result)
+        return [h], lambda: out.copy_(b.buf[me * n:(me + 1) * n].view(out.shape))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         out = _one(outputs, "reduce_scatter")
@@ -425,16 +491,27 @@ class ProcessGroupLibtrain(dist.ProcessGroup if _AVAILABLE else object):
         flat = torch.cat([i.reshape(-1).to("cpu") for i in input_lists[0]])
         return self._reduce_scatter_flat(flat, out, op, [out])
 
-    def _reduce_scatter_base(self, output, input, opts=None):
+    def _check_reduce_scatter_tensor(self, output, input):
         _tensor(output, "reduce_scatter_tensor")
         _tensor(input, "reduce_scatter_tensor")
         if input.numel() != self.size() * output.numel() or output.dtype != input.dtype:
             raise ValueError(f"libtrain backend: reduce_scatter_tensor: the input must hold "
                              f"{self.size()} x {output.numel()} elements of {output.dtype}, got "
                              f"{input.numel()} of {input.dtype}")
-        op = _reduce_op(opts)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        self._check_reduce_scatter_tensor(output, input)
         flat = input.detach().to("cpu", copy=True).reshape(-1)
-        return self._reduce_scatter_flat(flat, output, op, [output])
+        return self._reduce_scatter_flat(flat, output, _reduce_op(opts), [output])
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        op, parts = _reduce_op(opts), []
+        for output, input in zip(outputs, inputs):
+            self._check_reduce_scatter_tensor(output, input)
+            flat = input.detach().to("cpu", copy=True).reshape(-1)
+            hs, finish = self._reduce_scatter_part(flat, output, op)
+            parts.append((hs[0], finish))
+        return self._coalesced(parts, outputs)
 
     # ---- all_to_all -----------------------------------------------------------------------------
 
@@ -551,4 +628,5 @@ def _create(store, rank, size, timeout):
 
 
 if _AVAILABLE and not hasattr(dist.Backend, BACKEND_NAME.upper()):
-    dist.Backend.register_backend(BACKEND_NAME, _create)
+    _compat.tcpstore_without_libuv()
+    _compat.register_backend(BACKEND_NAME, _create)
