@@ -87,7 +87,7 @@ constexpr std::array kConfigKeys = {
                 return launcher::parse_import_bound(c.import_bounds, "max_layer_ratio", v);
               }},
     ConfigKey{"min_free_space", "an import fails rather than leave less than this free on the "
-                                "cache's filesystem, e.g. 10G (default 0)",
+                                "cache's filesystem, e.g. 10G (default 1G; 0: none)",
               [](PluginConfig& c, std::string_view v) {
                 return launcher::parse_import_bound(c.import_bounds, "min_free_space", v);
               }},

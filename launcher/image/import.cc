@@ -65,7 +65,9 @@ Result<ImportedImage> build_image(const NodeCache& cache, RegistryClient& client
   LayerFetch fetch = [&](size_t i, size_t worker) {
     const Descriptor& d = plan.manifest.layers[i];
     RegistryClient& c = *clients[worker];
-    return with_fix(ensure_blob(cache, d, [&](int fd) { return c.fetch_blob(d, fd); }), cache);
+    return with_fix(ensure_blob(cache, d,
+                                [&](int fd) { return c.fetch_blob(d, fd, opts.bounds.min_free_bytes); }),
+                    cache);
   };
   return build_and_publish(cache, plan, fetch, clients.size(), opts, progress);
 }

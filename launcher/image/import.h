@@ -27,7 +27,9 @@ struct ImportBounds {
   // One layer may unpack to this many times its compressed size (from 1 MiB up). 1000: gzip tops
   // out near 1000:1 on zeros, real layers measure 2-10:1; a bomb goes far past it. 0: no bound.
   double max_layer_ratio = 1000;
-  uint64_t min_free_bytes = 0;  // kept free on the cache's filesystem during an import
+  // Kept free on the cache's filesystem during an import (downloads and unpack): an import that
+  // would leave less fails, so a registry or an image cannot fill a node's disk. 0: none.
+  uint64_t min_free_bytes = 1ull << 30;
 };
 
 // Sets the bound KEY ("max_image_size", "max_layer_ratio" or "min_free_space") from VALUE (sizes

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "image/digest.h"
 #include "image/fs_beneath.h"
 #include "image/layer.h"
+#include "common/text.h"
 
 namespace slipway::launcher {
 namespace {
@@ -145,6 +147,35 @@ void remove_tmp(const NodeCache& cache, const std::string& tmp) {
 
 }  // namespace
 
+Status check_declared_sizes(const NodeCache& cache, const BuildPlan& plan,
+                            const ImportBounds& bounds) {
+  auto add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+  uint64_t declared = plan.manifest.config.size, missing = 0;
+  for (const auto& layer : plan.manifest.layers) {
+    declared = add(declared, layer.size);
+    if (!exists(cache.blob_path(layer.digest))) missing = add(missing, layer.size);
+  }
+  if (declared > bounds.max_image_bytes)
+    return Status::error("image '" + plan.image + "' declares " + human_bytes(declared) +
+                             " of blobs, more than it may unpack to (" +
+                             bound_text("max_image_size", human_bytes(bounds.max_image_bytes)) +
+                             "); it is too large for this site, or hostile",
+                         EFBIG);
+  struct statvfs vfs;
+  if (::statvfs(cache.root().c_str(), &vfs) == -1)
+    return Status::from_errno("statvfs " + cache.root(), errno);
+  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (add(missing, bounds.min_free_bytes) > avail)
+    return with_fix(Status::error("image '" + plan.image + "' needs " + human_bytes(missing) +
+                                      " of downloads, but " + cache.root() + " has " +
+                                      human_bytes(avail) + " free and must keep " +
+                                      bound_text("min_free_space",
+                                                 human_bytes(bounds.min_free_bytes)),
+                                  ENOSPC),
+                    cache);
+  return Status();
+}
+
 namespace {
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -212,6 +243,7 @@ static Status check_layer_blobs(const NodeCache& cache, const BuildPlan& plan) {
 Result<ImportedImage> build_and_publish(const NodeCache& cache, const BuildPlan& plan,
                                         const LayerFetch& fetch, size_t parallel,
                                         const ImportOptions& opts, Progress& progress) {
+  SLIPWAY_TRY(check_declared_sizes(cache, plan, opts.bounds));
   auto tmp = cache.make_tmp_dir(plan.lock_key);
   SLIPWAY_TRY(tmp);
   Status st;

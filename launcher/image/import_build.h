@@ -51,6 +51,12 @@ struct BuildPlan {
 // per-thread resources (a registry client) to use. Called from up to PARALLEL threads at once.
 using LayerFetch = std::function<Status(size_t index, size_t worker)>;
 
+// Before a byte is fetched: the blobs PLAN's manifest declares fit max_image_size (compressed
+// sizes: an image unpacks to at least about as much), and those not in blobs/ yet fit the
+// cache's free space less min_free_space. The errors name the image and the bound.
+Status check_declared_sizes(const NodeCache& cache, const BuildPlan& plan,
+                            const ImportBounds& bounds);
+
 // Fetches the layers with FETCH (up to PARALLEL at once), unpacks each as soon as it and the ones
 // below it are there, publishes images/<hex>/. The caller holds the image lock PLAN.lock_key.
 Result<ImportedImage> build_and_publish(const NodeCache& cache, const BuildPlan& plan,

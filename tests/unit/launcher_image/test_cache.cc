@@ -144,7 +144,7 @@ END_TEST
 START_TEST(import_bounds) {
   ImportBounds b;
   ck_assert_uint_eq(b.max_image_bytes, 64ull << 30);
-  ck_assert(b.max_layer_ratio == 1000 && b.min_free_bytes == 0);
+  ck_assert(b.max_layer_ratio == 1000 && b.min_free_bytes == 1ull << 30);
   ck_assert(parse_import_bound(b, "max_image_size", "10G").ok() && b.max_image_bytes == 10ull << 30);
   ck_assert(parse_import_bound(b, "min_free_space", "512M").ok() && b.min_free_bytes == 512ull << 20);
   ck_assert(parse_import_bound(b, "max_layer_ratio", "250").ok() && b.max_layer_ratio == 250);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/text.h"
 #include "image/layer.h"
 #include "image_test_util.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
@@ -319,7 +320,8 @@ START_TEST(layer_ratio_and_free_space_bounds) {
   UnpackBudget full;
   full.min_free_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize + 1;  // more than the disk
   ASSERT_FAILS_WITH(unpack_with(sb, TarBuilder().file("x", "x").finish(), full),
-                    " it must keep (min_free_space=, SLIPWAY_MIN_FREE_SPACE)");
+                    (" it must keep (min_free_space=" + slipway::launcher::human_bytes(full.min_free_bytes) +
+                     ", SLIPWAY_MIN_FREE_SPACE)").c_str());
   ck_assert(sb.surroundings_intact());
 }
 END_TEST
