@@ -58,8 +58,8 @@ Status replace_existing(int parent, const std::string& name) {
 }
 
 // max_layer_ratio counts from this compressed size up: a small layer may always unpack to
-// ratio x 1 MiB (a few zero-filled files compress to almost nothing).
-constexpr uint64_t kRatioFloor = 1 << 20;
+// ratio x 16 MiB (a few zero-filled files compress to almost nothing).
+constexpr uint64_t kRatioFloor = 16 << 20;
 constexpr uint64_t kFreeCheckEvery = 64 << 20;
 
 std::string ratio_text(double r) {

@@ -35,7 +35,7 @@ struct RegistryOptions {
   // A transfer (manifest or blob) averaging less than min_rate_bytes/s over min_rate_window_s
   // (registry_min_rate=), or lasting more than transfer_timeout_s (registry_timeout=; 0: no
   // deadline), is abandoned and retried; the last failure names the registry and the blob.
-  long min_rate_bytes = 1024;
+  long min_rate_bytes = 64 << 10;
   long min_rate_window_s = 30;
   long transfer_timeout_s = 0;
   int max_retries = 4;

@@ -11,11 +11,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
 #include <thread>
 
 #include "image/cache.h"
 #include "image/import.h"
+#include "image/import_build.h"
 #include "image_test_util.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
 #include "check_main.h"
@@ -144,7 +146,7 @@ END_TEST
 START_TEST(import_bounds) {
   ImportBounds b;
   ck_assert_uint_eq(b.max_image_bytes, 64ull << 30);
-  ck_assert(b.max_layer_ratio == 1000 && b.min_free_bytes == 1ull << 30);
+  ck_assert(b.max_layer_ratio == 20 && b.min_free_bytes == 1ull << 30);
   ck_assert(parse_import_bound(b, "max_image_size", "10G").ok() && b.max_image_bytes == 10ull << 30);
   ck_assert(parse_import_bound(b, "min_free_space", "512M").ok() && b.min_free_bytes == 512ull << 20);
   ck_assert(parse_import_bound(b, "max_layer_ratio", "250").ok() && b.max_layer_ratio == 250);
@@ -320,6 +322,40 @@ START_TEST(root_others_may_write_is_refused) {
 }
 END_TEST
 
+// A wait for a blob another import is fetching is bounded by the waiter's own limits: with
+// registry_timeout=1 it gives up after about a second, with registry_min_rate=1K over 1 s once the
+// other's download stopped growing; the blob is never fetched twice meanwhile.
+START_TEST(blob_waiters_have_a_deadline) {
+  Sandbox sb;
+  NodeCache cache(sb.base + "/cache");
+  ck_assert(cache.ensure_layout().ok());
+  const Descriptor d{"application/vnd.oci.image.layer.v1.tar+gzip", "sha256:" + hex('b'), 4};
+  auto held = FileLock::acquire(cache.lock_path("blob-" + hex('b')), FileLock::Mode::kExclusive);
+  ck_assert(held.ok());
+  write_text(cache.tmp_dir() + "/blob-" + hex('b') + ".1.x", "st");  // the other's stalled file
+  int fills = 0;
+  auto fill = [&](int) { ++fills; return Status(); };
+  for (int by_rate = 0; by_rate < 2; ++by_rate) {
+    BlobWait wait = by_rate ? BlobWait{0, 1024, 1} : BlobWait{1, 0, 30};
+    auto start = std::chrono::steady_clock::now();
+    Status st = ensure_blob(cache, d, fill, wait);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ck_assert_int_eq(st.error_number(), ETIMEDOUT);
+    ck_assert_msg(st.message().find("blob sha256:" + hex('b') + ", which another import on this "
+                                    "node is fetching") != std::string::npos, "%s", st.message().c_str());
+    ck_assert_msg(st.message().find(by_rate ? "less than registry_min_rate=1.0 KiB/s"
+                                            : "(registry_timeout=1, SLIPWAY_REGISTRY_TIMEOUT)") !=
+                      std::string::npos, "%s", st.message().c_str());
+    ck_assert_msg(secs >= 0.9 && secs < 5, "waited %.1f s", secs);
+  }
+  ck_assert_int_eq(fills, 0);
+  *held = FileLock();  // the other import is done: the next one fills it
+  ck_assert(ensure_blob(cache, d, [&](int fd) { ++fills; return Status(write(fd, "blob", 4) == 4 ? Status() : Status::error("w")); },
+                        BlobWait{1, 1024, 1}).ok());
+  ck_assert_int_eq(fills, 1);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("cache");
   TCase* tc = tcase_create("admin");
@@ -336,6 +372,7 @@ Suite* make_suite(void) {
   tcase_add_test(shared, rm_lets_go_of_readers_before_deleting);
   tcase_add_test(shared, parents_others_may_write_are_refused);
   tcase_add_test(shared, root_others_may_write_is_refused);
+  tcase_add_test(shared, blob_waiters_have_a_deadline);
   tcase_set_timeout(shared, 60);
   suite_add_tcase(s, shared);
   return s;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -167,12 +168,14 @@ class Handler(BaseHTTPRequestHandler):
             return time.sleep(3600)
         if not slow:
             return self.reply(200, body)
-        self.send_response(200)  # /v2/slow/: blobs trickle at 256 bytes/s
+        self.send_response(200)  # /v2/slow/: blobs trickle at 256 bytes/s, or DIR/rate
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        rate = os.path.join(root, "rate")
+        step = int(open(rate).read()) // 4 if os.path.exists(rate) else 64
         try:
-            for i in range(0, len(body), 64):
-                self.wfile.write(body[i:i + 64])
+            for i in range(0, len(body), step):
+                self.wfile.write(body[i:i + step])
                 self.wfile.flush()
                 time.sleep(0.25)
         except (BrokenPipeError, ConnectionResetError):
@@ -569,6 +572,46 @@ START_TEST(declared_sizes_bound_the_download) {
 }
 END_TEST
 
+// The default registry_min_rate (64K a second) fails a registry trickling 4 KiB/s within its
+// window, while one sending 160 KiB/s (slow, but honest) still serves the image. The window is
+// scaled to 2 s here (30 s by default).
+START_TEST(default_min_rate_fails_a_trickle_not_a_slow_mirror) {
+  Sandbox sb;
+  std::string dir = sb.base + "-rate";
+  mkdir(dir.c_str(), 0700);
+  {
+    FlakyServer srv(dir);
+    ck_assert_msg(srv.port > 0, "the python3 test server did not start");
+    std::string noise(640u << 10, '\0');  // 640 KiB that gzip cannot shrink
+    std::mt19937 rng(42);
+    for (char& c : noise) c = static_cast<char>(rng());
+    std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("big", noise).finish();
+    serve_image(srv, layer, one_layer_manifest(layer));
+    for (int rate : {4 << 10, 160 << 10}) {
+      write_text(dir + "/rate", std::to_string(rate));
+      ImportOptions o;
+      o.cache_dir = sb.root + "/cache-" + std::to_string(rate);
+      o.registry.insecure_registries = {srv.host()};
+      o.registry.max_retries = 0;
+      o.registry.min_rate_window_s = 2;
+      auto start = std::chrono::steady_clock::now();
+      auto img = import_image(*parse_image_ref(srv.host() + "/slow/img:v1"), o);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (rate == (4 << 10)) {
+        ck_assert(!img.ok());
+        ASSERT_CONTAINS(img.status().message(), "registry " + srv.host() + " sent blob " +
+                                                    sha256_digest(layer) + " too slowly (");
+        ck_assert_msg(secs < 10, "the trickle took %.1f s to fail", secs);  // the whole: 160 s
+      } else {
+        ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+        ck_assert(read_text(img->rootfs + "/big") == noise);
+      }
+    }
+  }
+  remove_all(dir);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("transport");
   TCase* tc = tcase_create("transport");
@@ -577,6 +620,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, retries_on_429_and_503);
   tcase_add_test(tc, slow_registry_times_out_with_the_blob_named);
   tcase_add_test(tc, declared_sizes_bound_the_download);
+  tcase_add_test(tc, default_min_rate_fails_a_trickle_not_a_slow_mirror);
   tcase_add_test(tc, lying_mirror_falls_back_to_the_registry);
   tcase_add_test(tc, hanging_mirror_falls_back_to_the_registry);
   tcase_add_test(tc, warming_a_cold_mirror_fetches_each_blob_once);
