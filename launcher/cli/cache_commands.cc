@@ -20,7 +20,7 @@
 namespace slipway::launcher::cli {
 namespace {
 
-NodeCache user_cache() { return NodeCache(env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()))); }
+NodeCache user_cache() { return NodeCache(cache_dir()); }
 
 // Whether there is a cache to read: false when it does not exist yet (nothing was imported), an
 // error when it exists but is not this user's or cannot be read (never an empty listing then).

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -356,6 +357,73 @@ START_TEST(blob_waiters_have_a_deadline) {
 }
 END_TEST
 
+// Cache squatting: another user who makes /var/tmp/slipway-<uid> first (a directory of theirs, a
+// symlink) blocks nobody. The plugin, as root, moves it aside (nothing read or removed) and makes
+// the user's own 0700 directory; `slipway` commands of the user fall back to a private
+// /var/tmp/slipway-<uid>.XXXXXX, the same one each time, saying so in one line. Needs root (chown,
+// setuid): as any other user it checks nothing.
+START_TEST(squatted_default_cache) {
+  if (geteuid() != 0) return;
+  Sandbox sb;
+  const uid_t user = 45000, squatter = 45001;
+  const std::string parent = sb.root + "/vartmp";
+  mkdir(parent.c_str(), 0700);
+  chmod(parent.c_str(), 01777);
+  const std::string mine = parent + "/slipway-" + std::to_string(user);
+  mkdir(mine.c_str(), 0700);
+  chmod(mine.c_str(), 0777);
+  write_text(mine + "/planted", "x");
+  ck_assert_int_eq(chown(mine.c_str(), squatter, squatter), 0);
+  auto note = claim_user_cache(parent, user, user);
+  ck_assert_msg(note.ok(), "%s", note.status().message().c_str());
+  ck_assert_msg(note->find(mine + " was made by uid 45001 (mode 0777), not for uid 45000: moved "
+                           "aside to " + mine + ".squatted-") == 0, "%s", note->c_str());
+  struct stat st;
+  ck_assert_int_eq(lstat(mine.c_str(), &st), 0);
+  ck_assert(S_ISDIR(st.st_mode) && st.st_uid == user && (st.st_mode & 0777) == 0700);
+  ck_assert_int_eq(count_entries(mine), 0);
+  ck_assert(read_text(note->substr(note->rfind(' ') + 1) + "/planted") == "x");  // kept, aside
+  ck_assert(claim_user_cache(parent, user, user).value() == "");  // now fine as it is
+  // A symlink to elsewhere: moved aside too, nothing made where it pointed.
+  const std::string link = parent + "/slipway-" + std::to_string(squatter);
+  ck_assert_int_eq(symlink(sb.outside.c_str(), link.c_str()), 0);
+  ck_assert(!claim_user_cache(parent, squatter, squatter).value().empty());
+  ck_assert(lstat(link.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == squatter);
+  ck_assert(sb.surroundings_intact());
+  // `slipway` as the user, /var/tmp/slipway-<uid> another's: a private fallback, reused.
+  const std::string def = default_cache_dir(user);
+  mkdir(def.c_str(), 0755);
+  ck_assert_int_eq(chown(def.c_str(), squatter, squatter), 0);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(user) || setuid(user)) _exit(1);
+    std::string n1, n2;
+    std::string a = user_default_cache_dir(&n1), b = user_default_cache_dir(&n2);
+    std::string out = a + "\n" + b + "\n" + n1 + "\n";
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  const std::string a = out.substr(0, out.find('\n'));
+  const std::string rest = out.substr(out.find('\n') + 1);
+  const std::string b = rest.substr(0, rest.find('\n'));
+  const std::string said = rest.substr(rest.find('\n') + 1);
+  bool private_dir = lstat(a.c_str(), &st) == 0 && st.st_uid == user && (st.st_mode & 0777) == 0700;
+  ::rmdir(a.c_str());
+  ::rmdir(def.c_str());
+  ck_assert_msg(a.rfind(def + ".", 0) == 0 && a == b && private_dir, "%s", out.c_str());
+  ck_assert_msg(said == def + " belongs to uid 45001, not you: using " + a + " instead (set "
+                "SLIPWAY_CACHE_DIR to choose another; root may remove " + def + ")\n", "%s", said.c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("cache");
   TCase* tc = tcase_create("admin");
@@ -373,6 +441,7 @@ Suite* make_suite(void) {
   tcase_add_test(shared, parents_others_may_write_are_refused);
   tcase_add_test(shared, root_others_may_write_is_refused);
   tcase_add_test(shared, blob_waiters_have_a_deadline);
+  tcase_add_test(shared, squatted_default_cache);
   tcase_set_timeout(shared, 60);
   suite_add_tcase(s, shared);
   return s;
