@@ -78,9 +78,13 @@ Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opt
 
 // CAUSE of a failed import of TEXT (the image as the user wrote it), with pyxis's phrase in front,
 // which users and scripts look for: "failed to import docker image 'TEXT': CAUSE".
+// A long TEXT (a path of kilobytes) is named once: where CAUSE repeats it, it says "it".
 inline Status import_failed(const std::string& text, const Status& cause) {
-  return Status::error("failed to import docker image '" + text + "': " + cause.message(),
-                       cause.error_number());
+  std::string why = cause.message();
+  if (text.size() > 200)
+    for (const std::string& named : {"image '" + text + "'", "'" + text + "'"})
+      for (size_t at; (at = why.find(named)) != std::string::npos;) why.replace(at, named.size(), "it");
+  return Status::error("failed to import docker image '" + text + "': " + why, cause.error_number());
 }
 
 // The published image MANIFEST_DIGEST in the cache, if it is there (no lock, no network).

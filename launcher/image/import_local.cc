@@ -398,6 +398,7 @@ Result<std::unique_ptr<LocalSource>> open_source(const std::string& path) {
     std::string fix = err == ENOENT ? "check the path"
                       : err == EACCES ? "the job's user (uid " + std::to_string(::geteuid()) +
                                            ") must be able to read it"
+                      : err == ENAMETOOLONG ? "the path is longer than the system allows"
                                       : "check the file";
     return Status::error("cannot open image '" + path + "': " + strerror(err) + "; " + fix, err);
   }

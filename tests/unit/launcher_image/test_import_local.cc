@@ -350,6 +350,18 @@ START_TEST(config_size_lie_is_refused) {
 }
 END_TEST
 
+// A 6 KB path as the image: one line that names it once, with the cause and the fix.
+START_TEST(long_path_is_named_once) {
+  Sandbox sb;
+  const std::string path = "/" + std::string(6000, 'a');
+  auto img = import_image(*parse_image_ref(path), options(sb));
+  ck_assert(!img.ok());
+  const std::string msg = import_failed(path, img.status()).message();
+  ck_assert_msg(msg == "failed to import docker image '" + path + "': cannot open it: File name too "
+                       "long; the path is longer than the system allows", "%s", msg.substr(6000).c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("import_local");
   TCase* tc = tcase_create("local");
@@ -362,6 +374,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, imports_race_gc_and_rm);
   tcase_add_test(tc, check_finds_damaged_and_missing_blobs);
   tcase_add_test(tc, config_size_lie_is_refused);
+  tcase_add_test(tc, long_path_is_named_once);
   suite_add_tcase(s, tc);
   return s;
 }
