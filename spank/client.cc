@@ -51,7 +51,7 @@ launcher::Status check_options(PluginState& st) {
   SLIPWAY_TRY(validate_options(st.options));
   if (!st.options.save_path.empty()) SLIPWAY_TRY(launcher::check_save_target(st.options.save_path));
   for (const auto& m : st.options.mounts)
-    if (m.is_bind() && access(m.source.c_str(), F_OK) != 0)
+    if (m.is_bind() && access(m.source.c_str(), F_OK) != 0 && errno == ENOENT)  // else: the node says why
       return launcher::Status::error(
           launcher::mount_source_missing(m.source) + "; create it or fix the path", ENOENT);
   return launcher::Status();

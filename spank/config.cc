@@ -62,7 +62,7 @@ constexpr std::array kConfigKeys = {
                 return Status();
               }},
     ConfigKey{"registry_min_rate", "abandon (then retry) a registry transfer averaging less than "
-                                   "this per second over 30 s, e.g. 1M (default 1K; 0: never)",
+                                   "this per second over 30 s, e.g. 1M (default 64K; 0: never)",
               [](PluginConfig& c, std::string_view v) {
                 launcher::RegistryOptions r;
                 SLIPWAY_TRY(launcher::parse_registry_limit(r, "registry_min_rate", v));
@@ -82,12 +82,12 @@ constexpr std::array kConfigKeys = {
                 return launcher::parse_import_bound(c.import_bounds, "max_image_size", v);
               }},
     ConfigKey{"max_layer_ratio", "a layer may unpack to at most this many times its compressed "
-                                 "size (default 1000; 0: no bound)",
+                                 "size, from 16 MiB up (default 20; 0: no bound)",
               [](PluginConfig& c, std::string_view v) {
                 return launcher::parse_import_bound(c.import_bounds, "max_layer_ratio", v);
               }},
     ConfigKey{"min_free_space", "an import fails rather than leave less than this free on the "
-                                "cache's filesystem, e.g. 10G (default 0)",
+                                "cache's filesystem, e.g. 10G (default 1G; 0: none)",
               [](PluginConfig& c, std::string_view v) {
                 return launcher::parse_import_bound(c.import_bounds, "min_free_space", v);
               }},

@@ -11,6 +11,7 @@
 
 #include <cstring>
 
+#include "image/cache.h"
 #include "image/image_ref.h"
 #include "image/manifest_handoff.h"
 #include "dl_hooks.h"
@@ -127,6 +128,14 @@ int remote_user_init(spank_t sp) {
   uint32_t node_id = 1;
   st.first_node = spank_get_item(sp, S_JOB_NODEID, &node_id) == ESPANK_SUCCESS && node_id == 0;
   st.cache_dir = cache_dir_for(st.config, ids->uid);
+  if (st.config.cache_dir.empty()) {
+    // The default /var/tmp/slipway-<uid> is made by root for the user: another user who made
+    // that name first cannot block or feed this user's imports (launcher/image/cache.h).
+    EuidRoot root;
+    auto claimed = launcher::claim_user_cache("/var/tmp", ids->uid, ids->gid);
+    if (!claimed.ok()) log_error("cannot make the image cache: " + claimed.status().message());
+    else if (!claimed->empty()) log_info(*claimed);
+  }
   auto status = setup_step(sp, st);
   if (status.ok() && st.first_node && !st.options.save_path.empty()) {
     status = launcher::check_save_target(st.options.save_path);

@@ -20,7 +20,7 @@
 namespace slipway::launcher::cli {
 namespace {
 
-NodeCache user_cache() { return NodeCache(env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()))); }
+NodeCache user_cache() { return NodeCache(cache_dir()); }
 
 // Whether there is a cache to read: false when it does not exist yet (nothing was imported), an
 // error when it exists but is not this user's or cannot be read (never an empty listing then).
@@ -94,7 +94,13 @@ int cmd_rm(std::vector<std::string>& args) {
 // slipway check [IMAGE...]: every image (or those named) is whole; one line each, exit 1 if not.
 int cmd_check(std::vector<std::string>& args) {
   NodeCache cache = user_cache();
-  if (auto exists = cache_exists(cache); !exists.ok()) return fail("check: " + exists.status().message());
+  auto exists = cache_exists(cache);
+  if (!exists.ok()) return fail("check: " + exists.status().message());
+  if (!*exists) {  // nothing imported yet: nothing to check, as `images` lists nothing
+    for (const auto& text : args)
+      fail("no image '" + text + "' in the cache " + cache.root() + "; see 'slipway images'");
+    return args.empty() ? 0 : 1;
+  }
   std::vector<std::string> digests;
   if (args.empty()) {
     auto images = list_images(cache);

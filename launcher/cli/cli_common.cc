@@ -32,9 +32,20 @@ bool env_flag(const char* name, bool fallback) {
   return fallback;
 }
 
+std::string cache_dir() {
+  const std::string set = env_or("SLIPWAY_CACHE_DIR", "");
+  if (!set.empty()) return set;
+  std::string note;
+  std::string dir = user_default_cache_dir(&note);
+  static bool said = false;
+  if (!note.empty() && !said) fprintf(stderr, "slipway: warning: %s\n", note.c_str());
+  said = true;
+  return dir;
+}
+
 ImportOptions import_options() {
   ImportOptions o;
-  o.cache_dir = env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()));
+  o.cache_dir = cache_dir();
   o.registry.insecure_registries = env_list("SLIPWAY_INSECURE_REGISTRIES");
   if (auto m = parse_registry_mirrors(env_or("SLIPWAY_REGISTRY_MIRRORS", "")); m.ok()) {
     o.registry.mirrors = std::move(*m);

@@ -20,6 +20,10 @@ std::vector<std::string> env_list(const char* name);
 bool env_flag(const char* name, bool fallback);
 
 ImportOptions import_options();
+
+// The cache root: $SLIPWAY_CACHE_DIR, else the user's default (user_default_cache_dir: a private
+// fallback when someone else made /var/tmp/slipway-<uid> first, said once on stderr).
+std::string cache_dir();
 // TEXT as an image reference, unqualified names on SLIPWAY_DEFAULT_REGISTRY (Docker Hub).
 Result<ImageRef> parse_text_ref(const std::string& text);
 Result<ImportedImage> import_text(const std::string& text);

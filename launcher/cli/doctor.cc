@@ -21,7 +21,7 @@ namespace {
 
 Result<DoctorOptions> parse_doctor(const std::vector<std::string>& args) {
   DoctorOptions o;
-  o.cache_dir = env_or("SLIPWAY_CACHE_DIR", default_cache_dir(getuid()));
+  o.cache_dir = cache_dir();
   o.registries = env_list("SLIPWAY_INSECURE_REGISTRIES");
   std::string hostlibs = env_or("SLIPWAY_HOST_LIBS", "");
   std::string fabric = env_or("SLIPWAY_FABRIC_DEVICES", "default");

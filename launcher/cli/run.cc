@@ -98,8 +98,9 @@ struct Prepared {
 std::string containers_root(const std::string& cache) {
   const std::string runtime = env_or("SLIPWAY_RUNTIME_DIR", "");
   if (!runtime.empty()) return runtime + "/" + std::to_string(getuid());
-  const std::string local = default_cache_dir(getuid());
-  return (env_or("SLIPWAY_CACHE_DIR", "").empty() ? cache : local) + "/containers";
+  if (env_or("SLIPWAY_CACHE_DIR", "").empty()) return cache + "/containers";
+  std::string note;  // said already by cache_dir(), if at all
+  return user_default_cache_dir(&note) + "/containers";
 }
 
 std::optional<std::string> job_env(const std::string& name) {

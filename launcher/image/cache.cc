@@ -99,6 +99,92 @@ Status check_absolute(const std::string& root) {
 
 std::string default_cache_dir(uid_t uid) { return "/var/tmp/slipway-" + std::to_string(uid); }
 
+namespace {
+bool usable_stat(const struct stat& st, uid_t uid) {
+  return S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+}  // namespace
+
+bool cache_root_is_usable(const std::string& path, uid_t uid) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == -1) return errno == ENOENT;
+  return usable_stat(st, uid);
+}
+
+Result<std::string> claim_user_cache(const std::string& parent, uid_t uid, gid_t gid) {
+  UniqueFd dir(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid()) return Status::from_errno("open " + parent, errno);
+  const std::string name = "slipway-" + std::to_string(uid);
+  std::string note;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    struct stat st;
+    if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (usable_stat(st, uid)) return note;
+      const std::string aside = name + ".squatted-" + random_suffix();
+      SLIPWAY_SYS(::renameat(dir.get(), name.c_str(), dir.get(), aside.c_str()),
+                  "move aside " + parent + "/" + name);
+      note = parent + "/" + name + " was made by uid " + std::to_string(st.st_uid) +
+             " (mode " + octal_mode(st.st_mode) + "), not for uid " + std::to_string(uid) +
+             ": moved aside to " + parent + "/" + aside;
+    } else if (errno != ENOENT) {
+      return Status::from_errno("stat " + parent + "/" + name, errno);
+    }
+    // Made by root where only its owner may rename it (sticky /var/tmp), then given to UID.
+    if (::mkdirat(dir.get(), name.c_str(), 0700) == -1) {
+      if (errno == EEXIST) continue;  // someone was quicker: look again
+      return Status::from_errno("create " + parent + "/" + name, errno);
+    }
+    UniqueFd made(::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!made.valid()) return Status::from_errno("open " + parent + "/" + name, errno);
+    SLIPWAY_SYS(::fchown(made.get(), uid, gid), "chown " + parent + "/" + name);
+    SLIPWAY_SYS(::fchmod(made.get(), 0700), "chmod " + parent + "/" + name);
+    return note;
+  }
+  return Status::error(parent + "/" + name + " keeps being made by someone else", EAGAIN);
+}
+
+std::string user_default_cache_dir(std::string* note) {
+  const uid_t uid = ::getuid();
+  const std::string def = default_cache_dir(uid);
+  if (cache_root_is_usable(def, uid)) return def;
+  struct stat st = {};
+  ::lstat(def.c_str(), &st);
+  const std::string why = def + (S_ISLNK(st.st_mode)   ? " is a symlink"
+                                 : !S_ISDIR(st.st_mode) ? " is not a directory"
+                                 : st.st_uid != uid
+                                     ? " belongs to uid " + std::to_string(st.st_uid) + ", not you"
+                                     : " is writable by others (mode " + octal_mode(st.st_mode) + ")");
+  // A private one made earlier (the name's random part cannot be squatted, only guessed: it
+  // must be ours and private), else a new one.
+  const std::string prefix = "slipway-" + std::to_string(uid) + ".";
+  std::string chosen;
+  if (DIR* d = ::opendir("/var/tmp")) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      struct stat es;
+      if (n.rfind(prefix, 0) == 0 && n.find(".squatted-") == std::string::npos &&
+          ::fstatat(::dirfd(d), e->d_name, &es, AT_SYMLINK_NOFOLLOW) == 0 && usable_stat(es, uid) &&
+          (es.st_mode & 0777) == 0700) {
+        chosen = "/var/tmp/" + n;
+        break;
+      }
+    }
+    ::closedir(d);
+  }
+  if (chosen.empty()) {
+    std::string tmpl = "/var/tmp/" + prefix + "XXXXXX";
+    if (::mkdtemp(tmpl.data())) chosen = tmpl;
+  }
+  if (chosen.empty()) {
+    if (note) *note = why + "; set SLIPWAY_CACHE_DIR to a directory of yours";
+    return def;  // the cache's own checks refuse it, saying why
+  }
+  if (note)
+    *note = why + ": using " + chosen + " instead (set SLIPWAY_CACHE_DIR to choose another; root "
+            "may remove " + def + ")";
+  return chosen;
+}
+
 bool NodeCache::is_trusted() const { return check_trusted().ok(); }
 
 Status NodeCache::check_trusted() const {

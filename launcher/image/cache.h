@@ -38,6 +38,23 @@ namespace slipway::launcher {
 // "/var/tmp/slipway-<uid>" (node-local disk, never /run: it is a small tmpfs).
 std::string default_cache_dir(uid_t uid);
 
+// Whether PATH is usable as UID's cache root as it stands: missing (to be made), or a directory
+// (not a symlink) of UID's that no one else may write.
+bool cache_root_is_usable(const std::string& path, uid_t uid);
+
+// As root (the plugin, before a user's import): makes DIR (default_cache_dir(UID) in PARENT, a
+// sticky or root-only directory) UID's own directory, mode 0700, whoever made that name first.
+// Anything else there (another user's directory, a symlink, a file, UID's own directory that
+// others may write) is renamed aside to NAME.squatted-RANDOM, neither read nor removed. Returns
+// a line saying so for the node's log, or "" when the directory was fine or just made.
+Result<std::string> claim_user_cache(const std::string& parent, uid_t uid, gid_t gid);
+
+// The cache root the calling user's `slipway` commands use by default: default_cache_dir(), or,
+// when that is not usable (cache_root_is_usable: someone else made it first), a private
+// /var/tmp/slipway-<uid>.XXXXXX of theirs, made once and reused after. *NOTE gets one line
+// saying which and why when it is not the default.
+std::string user_default_cache_dir(std::string* note);
+
 class NodeCache {
  public:
   explicit NodeCache(std::string root) : root_(std::move(root)) {}

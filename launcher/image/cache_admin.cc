@@ -247,6 +247,11 @@ Status check_image(const NodeCache& cache, std::string_view manifest_digest) {
   if (sha256_digest(*config) != manifest->config.digest)
     return in_image(Status::error("config.json is not the config " + manifest->config.digest +
                                       " its manifest names", EBADMSG));
+  if (config->size() != manifest->config.size)
+    return in_image(Status::error("config.json is " + std::to_string(config->size()) +
+                                      " bytes, its manifest declares " +
+                                      std::to_string(manifest->config.size),
+                                  EBADMSG));
   for (size_t i = 0; i < manifest->layers.size(); ++i) {
     Status blob = check_blob(cache, manifest->layers[i], "layer " + std::to_string(i + 1) + " blob");
     if (!blob.ok()) return in_image(blob);

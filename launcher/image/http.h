@@ -19,7 +19,7 @@ namespace slipway::launcher {
 struct HttpOptions {
   std::string ca_file;  // extra CA bundle, added to curl's default store
   long connect_timeout_s = 10;
-  long min_rate_bytes = 1024;  // abort a transfer slower than this many bytes/s ...
+  long min_rate_bytes = 64 << 10;  // abort a transfer slower than this many bytes/s ...
   long low_speed_time_s = 30;  // ... for this long (0 bytes/s: never)
   long transfer_timeout_s = 0;  // abort a transfer that lasts longer (0: never)
 };

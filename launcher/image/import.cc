@@ -65,7 +65,13 @@ Result<ImportedImage> build_image(const NodeCache& cache, RegistryClient& client
   LayerFetch fetch = [&](size_t i, size_t worker) {
     const Descriptor& d = plan.manifest.layers[i];
     RegistryClient& c = *clients[worker];
-    return with_fix(ensure_blob(cache, d, [&](int fd) { return c.fetch_blob(d, fd); }), cache);
+    const BlobWait wait{opts.registry.transfer_timeout_s,
+                        static_cast<uint64_t>(opts.registry.min_rate_bytes),
+                        opts.registry.min_rate_window_s};
+    return with_fix(ensure_blob(cache, d,
+                                [&](int fd) { return c.fetch_blob(d, fd, opts.bounds.min_free_bytes); },
+                                wait),
+                    cache);
   };
   return build_and_publish(cache, plan, fetch, clients.size(), opts, progress);
 }

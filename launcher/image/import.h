@@ -24,10 +24,14 @@ namespace slipway::launcher {
 // for slipway SLIPWAY_MAX_IMAGE_SIZE, SLIPWAY_MAX_LAYER_RATIO, SLIPWAY_MIN_FREE_SPACE.
 struct ImportBounds {
   uint64_t max_image_bytes = 64ull << 30;  // all layers of an image, unpacked
-  // One layer may unpack to this many times its compressed size (from 1 MiB up). 1000: gzip tops
-  // out near 1000:1 on zeros, real layers measure 2-10:1; a bomb goes far past it. 0: no bound.
-  double max_layer_ratio = 1000;
-  uint64_t min_free_bytes = 0;  // kept free on the cache's filesystem during an import
+  // One layer may unpack to this many times its compressed size, counted from 16 MiB up (a small
+  // layer may always unpack to 320 MiB). 20: real layers measure 2-4:1 (the torch image's and
+  // CUDA's shared libraries), while gzip reaches 1030:1 on zeros: a 20 MB bomb stops after
+  // 400 MB of writes. 0: no bound.
+  double max_layer_ratio = 20;
+  // Kept free on the cache's filesystem during an import (downloads and unpack): an import that
+  // would leave less fails, so a registry or an image cannot fill a node's disk. 0: none.
+  uint64_t min_free_bytes = 1ull << 30;
 };
 
 // Sets the bound KEY ("max_image_size", "max_layer_ratio" or "min_free_space") from VALUE (sizes
@@ -74,9 +78,13 @@ Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opt
 
 // CAUSE of a failed import of TEXT (the image as the user wrote it), with pyxis's phrase in front,
 // which users and scripts look for: "failed to import docker image: TEXT: CAUSE".
+// A long TEXT (a path of kilobytes) is named once: where CAUSE repeats it, it says "it".
 inline Status import_failed(const std::string& text, const Status& cause) {
-  return Status::error("failed to import docker image: " + text + ": " + cause.message(),
-                       cause.error_number());
+  std::string why = cause.message();
+  if (text.size() > 200)
+    for (const std::string& named : {"image '" + text + "'", "'" + text + "'"})
+      for (size_t at; (at = why.find(named)) != std::string::npos;) why.replace(at, named.size(), "it");
+  return Status::error("failed to import docker image: " + text + ": " + why, cause.error_number());
 }
 
 // The published image MANIFEST_DIGEST in the cache, if it is there (no lock, no network).

@@ -6,8 +6,10 @@
 // sum (docs/performance.md, "Importing an image").
 #include "image/import_build.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "image/digest.h"
 #include "image/fs_beneath.h"
 #include "image/layer.h"
+#include "common/text.h"
 
 namespace slipway::launcher {
 namespace {
@@ -145,6 +148,35 @@ void remove_tmp(const NodeCache& cache, const std::string& tmp) {
 
 }  // namespace
 
+Status check_declared_sizes(const NodeCache& cache, const BuildPlan& plan,
+                            const ImportBounds& bounds) {
+  auto add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+  uint64_t declared = plan.manifest.config.size, missing = 0;
+  for (const auto& layer : plan.manifest.layers) {
+    declared = add(declared, layer.size);
+    if (!exists(cache.blob_path(layer.digest))) missing = add(missing, layer.size);
+  }
+  if (declared > bounds.max_image_bytes)
+    return Status::error("image '" + plan.image + "' declares " + human_bytes(declared) +
+                             " of blobs, more than it may unpack to (" +
+                             bound_text("max_image_size", human_bytes(bounds.max_image_bytes)) +
+                             "); it is too large for this site, or hostile",
+                         EFBIG);
+  struct statvfs vfs;
+  if (::statvfs(cache.root().c_str(), &vfs) == -1)
+    return Status::from_errno("statvfs " + cache.root(), errno);
+  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (add(missing, bounds.min_free_bytes) > avail)
+    return with_fix(Status::error("image '" + plan.image + "' needs " + human_bytes(missing) +
+                                      " of downloads, but " + cache.root() + " has " +
+                                      human_bytes(avail) + " free and must keep " +
+                                      bound_text("min_free_space",
+                                                 human_bytes(bounds.min_free_bytes)),
+                                  ENOSPC),
+                    cache);
+  return Status();
+}
+
 namespace {
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -179,11 +211,68 @@ Status with_fix(const Status& st, const NodeCache& cache) {
   }
 }
 
-Status ensure_blob(const NodeCache& cache, const Descriptor& d, const BlobFill& fill) {
+namespace {
+
+// Bytes in tmp/ files named KEY.* (another importer's download of that blob).
+uint64_t tmp_bytes(const NodeCache& cache, const std::string& key) {
+  uint64_t total = 0;
+  DIR* dir = ::opendir(cache.tmp_dir().c_str());
+  if (!dir) return 0;
+  while (dirent* e = ::readdir(dir)) {
+    struct stat st;
+    if (std::string_view(e->d_name).rfind(key + ".", 0) == 0 &&
+        ::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<uint64_t>(st.st_size);
+  }
+  ::closedir(dir);
+  return total;
+}
+
+// The blob lock KEY, waiting while its holder's download keeps within WAIT.
+Result<FileLock> wait_for_blob_lock(const NodeCache& cache, const Descriptor& d,
+                                    const std::string& key, const BlobWait& wait) {
+  const std::string path = cache.lock_path(key);
+  if (wait.deadline_s <= 0 && wait.min_rate == 0)
+    return FileLock::acquire(path, FileLock::Mode::kExclusive);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto window_start = start;
+  uint64_t window_bytes = tmp_bytes(cache, key);
+  for (;;) {
+    auto lock = FileLock::acquire(path, FileLock::Mode::kExclusive, /*wait=*/false);
+    if (lock.ok() || lock.status().error_number() != EWOULDBLOCK) return lock;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    const auto now = Clock::now();
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+    const std::string what = "blob " + d.digest + ", which another import on this node is fetching";
+    if (wait.deadline_s > 0 && waited >= wait.deadline_s)
+      return Status::error("gave up waiting " + std::to_string(waited) + " s for " + what +
+                               " (registry_timeout=" + std::to_string(wait.deadline_s) +
+                               ", SLIPWAY_REGISTRY_TIMEOUT); retry later",
+                           ETIMEDOUT);
+    if (wait.min_rate == 0 || now - window_start < std::chrono::seconds(wait.min_rate_window_s))
+      continue;
+    const uint64_t bytes = tmp_bytes(cache, key);
+    if (bytes < window_bytes + wait.min_rate * static_cast<uint64_t>(wait.min_rate_window_s))
+      return Status::error("gave up waiting for " + what + ": it grew " +
+                               human_bytes(bytes > window_bytes ? bytes - window_bytes : 0) +
+                               " in " + std::to_string(wait.min_rate_window_s) +
+                               " s, less than registry_min_rate=" + human_bytes(wait.min_rate) +
+                               "/s (SLIPWAY_REGISTRY_MIN_RATE); retry later",
+                           ETIMEDOUT);
+    window_start = now;
+    window_bytes = bytes;
+  }
+}
+
+}  // namespace
+
+Status ensure_blob(const NodeCache& cache, const Descriptor& d, const BlobFill& fill,
+                   const BlobWait& wait) {
   const std::string path = cache.blob_path(d.digest);
   if (exists(path)) return Status();
   const std::string key = "blob-" + digest_hex(d.digest);
-  auto lock = FileLock::acquire(cache.lock_path(key), FileLock::Mode::kExclusive);
+  auto lock = wait_for_blob_lock(cache, d, key, wait);
   SLIPWAY_TRY(lock);
   if (exists(path)) return Status();  // fetched by another importer meanwhile
   SLIPWAY_TRY(cache.remove_stale_tmp(key));
@@ -212,6 +301,7 @@ static Status check_layer_blobs(const NodeCache& cache, const BuildPlan& plan) {
 Result<ImportedImage> build_and_publish(const NodeCache& cache, const BuildPlan& plan,
                                         const LayerFetch& fetch, size_t parallel,
                                         const ImportOptions& opts, Progress& progress) {
+  SLIPWAY_TRY(check_declared_sizes(cache, plan, opts.bounds));
   auto tmp = cache.make_tmp_dir(plan.lock_key);
   SLIPWAY_TRY(tmp);
   Status st;

@@ -34,9 +34,19 @@ Status with_fix(const Status& st, const NodeCache& cache);
 
 // Writes blob bytes into FD (an empty private file) and verifies them (size and sha256).
 using BlobFill = std::function<Status(int fd)>;
+// How long an importer waits for a blob another importer is fetching: the waiter's own registry
+// limits applied to the other's download (its file in tmp/). 0: no bound of that kind.
+struct BlobWait {
+  long deadline_s = 0;       // registry_timeout=: the whole wait
+  uint64_t min_rate = 0;     // registry_min_rate=: the other's file grows at least this much ...
+  long min_rate_window_s = 30;  // ... every this many seconds
+};
+
 // Makes blob D present in blobs/: filled once per node even by concurrent importers (each blob
-// has its own lock), into tmp/ first, renamed into place when complete.
-Status ensure_blob(const NodeCache& cache, const Descriptor& d, const BlobFill& fill);
+// has its own lock), into tmp/ first, renamed into place when complete. A wait for another
+// importer's fetch of D is bounded by WAIT; past it, ETIMEDOUT naming the blob and the bound.
+Status ensure_blob(const NodeCache& cache, const Descriptor& d, const BlobFill& fill,
+                   const BlobWait& wait = {});
 
 // What a build needs: the verified manifest (its bytes and digest) and config bytes.
 struct BuildPlan {
@@ -50,6 +60,12 @@ struct BuildPlan {
 // Makes layer INDEX present in blobs/; WORKER (0..parallel-1) tells which of the caller's
 // per-thread resources (a registry client) to use. Called from up to PARALLEL threads at once.
 using LayerFetch = std::function<Status(size_t index, size_t worker)>;
+
+// Before a byte is fetched: the blobs PLAN's manifest declares fit max_image_size (compressed
+// sizes: an image unpacks to at least about as much), and those not in blobs/ yet fit the
+// cache's free space less min_free_space. The errors name the image and the bound.
+Status check_declared_sizes(const NodeCache& cache, const BuildPlan& plan,
+                            const ImportBounds& bounds);
 
 // Fetches the layers with FETCH (up to PARALLEL at once), unpacks each as soon as it and the ones
 // below it are there, publishes images/<hex>/. The caller holds the image lock PLAN.lock_key.

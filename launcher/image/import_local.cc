@@ -276,13 +276,18 @@ struct LocalImage {
 
 std::string blob_name(const std::string& digest) { return "blobs/sha256/" + digest_hex(digest); }
 
-Result<std::string> read_verified(LocalSource& src, const std::string& digest,
-                                  const std::string& image) {
-  auto body = src.read_small(blob_name(digest));
+// The blob D names, checked against D's digest and declared size (a registry's blobs are too).
+Result<std::string> read_verified(LocalSource& src, const Descriptor& d, const std::string& image) {
+  auto body = src.read_small(blob_name(d.digest));
   if (!body.ok()) return body.status().context("image '" + image + "'");
-  if (sha256_digest(*body) != digest)
-    return Status::error("image '" + image + "': " + blob_name(digest) +
+  if (sha256_digest(*body) != d.digest)
+    return Status::error("image '" + image + "': " + blob_name(d.digest) +
                              " does not match its digest; the image is corrupt: export it again",
+                         EBADMSG);
+  if (body->size() != d.size)
+    return Status::error("image '" + image + "': " + blob_name(d.digest) + " is " +
+                             std::to_string(body->size()) + " bytes, its descriptor declares " +
+                             std::to_string(d.size) + "; the image is corrupt: export it again",
                          EBADMSG);
   return body;
 }
@@ -307,7 +312,7 @@ Result<Descriptor> choose_manifest(LocalSource& src, const std::string& index_bo
   if (d->media_type != media::kOciIndex && d->media_type != media::kDockerList) return d;
   if (depth >= kMaxIndexDepth)
     return Status::error("image '" + image + "': indexes nest too deep", EINVAL);
-  auto nested = read_verified(src, d->digest, image);
+  auto nested = read_verified(src, *d, image);
   SLIPWAY_TRY(nested);
   return choose_manifest(src, *nested, image, depth + 1);
 }
@@ -318,11 +323,11 @@ Result<LocalImage> read_oci_layout(LocalSource& src, const std::string& image) {
   auto d = choose_manifest(src, *index, image, 0);
   SLIPWAY_TRY(d);
   LocalImage img;
-  auto body = read_verified(src, d->digest, image);
+  auto body = read_verified(src, *d, image);
   SLIPWAY_TRY(body);
   auto m = parse_manifest(*body);
   if (!m.ok()) return m.status().context("image '" + image + "'");
-  auto config = read_verified(src, m->config.digest, image);
+  auto config = read_verified(src, m->config, image);
   SLIPWAY_TRY(config);
   img.manifest_body = std::move(*body);
   img.manifest_digest = d->digest;
@@ -393,6 +398,7 @@ Result<std::unique_ptr<LocalSource>> open_source(const std::string& path) {
     std::string fix = err == ENOENT ? "check the path"
                       : err == EACCES ? "the job's user (uid " + std::to_string(::geteuid()) +
                                            ") must be able to read it"
+                      : err == ENAMETOOLONG ? "the path is longer than the system allows"
                                       : "check the file";
     return Status::error("cannot open image '" + path + "': " + strerror(err) + "; " + fix, err);
   }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -57,8 +58,8 @@ Status replace_existing(int parent, const std::string& name) {
 }
 
 // max_layer_ratio counts from this compressed size up: a small layer may always unpack to
-// ratio x 1 MiB (a few zero-filled files compress to almost nothing).
-constexpr uint64_t kRatioFloor = 1 << 20;
+// ratio x 16 MiB (a few zero-filled files compress to almost nothing).
+constexpr uint64_t kRatioFloor = 16 << 20;
 constexpr uint64_t kFreeCheckEvery = 64 << 20;
 
 std::string ratio_text(double r) {
@@ -66,6 +67,16 @@ std::string ratio_text(double r) {
   std::snprintf(buf, sizeof buf, "%g", r);
   return buf;
 }
+
+}  // namespace
+
+std::string bound_text(std::string_view key, std::string_view value) {
+  std::string var = "SLIPWAY_";
+  for (char c : key) var += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return std::string(key) + "=" + std::string(value) + ", " + var;
+}
+
+namespace {
 
 // min_free_space: the filesystem under FD keeps BUDGET.min_free_bytes available.
 Status check_free_space(int fd, UnpackBudget& budget) {
@@ -76,7 +87,8 @@ Status check_free_space(int fd, UnpackBudget& budget) {
   if (avail >= budget.min_free_bytes) return Status();
   return Status::error("the cache's filesystem has " + human_bytes(avail) + " free, below the " +
                            human_bytes(budget.min_free_bytes) +
-                           " it must keep (min_free_space=, SLIPWAY_MIN_FREE_SPACE)",
+                           " it must keep (" +
+                           bound_text("min_free_space", human_bytes(budget.min_free_bytes)) + ")",
                        ENOSPC);
 }
 
@@ -111,7 +123,8 @@ Status LayerWriter::charge(uint64_t n) {
   budget_.layer_used += n;
   if (budget_.used > budget_.max_bytes)
     return Status::error("the image unpacks to more than " + human_bytes(budget_.max_bytes) +
-                             " (max_image_size=, SLIPWAY_MAX_IMAGE_SIZE); it is too large or a "
+                             " (" + bound_text("max_image_size", human_bytes(budget_.max_bytes)) +
+                             "); it is too large or a "
                              "decompression bomb",
                          EFBIG);
   if (budget_.max_ratio > 0) {
@@ -120,8 +133,8 @@ Status LayerWriter::charge(uint64_t n) {
     if (static_cast<double>(budget_.layer_used) > allowed)
       return Status::error("the layer's " + human_bytes(budget_.layer_compressed) +
                                " unpack to more than " + human_bytes(static_cast<uint64_t>(allowed)) +
-                               " (max_layer_ratio=" + ratio_text(budget_.max_ratio) +
-                               ", SLIPWAY_MAX_LAYER_RATIO): a decompression bomb, or raise the bound",
+                               " (" + bound_text("max_layer_ratio", ratio_text(budget_.max_ratio)) +
+                               "): a decompression bomb, or raise the bound",
                            EFBIG);
   }
   if (budget_.min_free_bytes && budget_.used - budget_.free_checked_at >= kFreeCheckEvery)

@@ -7,10 +7,15 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
 namespace slipway::launcher {
+
+// How an error names the site bound KEY, now VALUE: "max_image_size=1.0 GiB,
+// SLIPWAY_MAX_IMAGE_SIZE" (the plugin's key, then slipway's variable).
+std::string bound_text(std::string_view key, std::string_view value);
 
 // Shared by the layers of one image: the bounds a site sets (ImportOptions), and what they count.
 struct UnpackBudget {

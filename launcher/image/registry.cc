@@ -5,6 +5,7 @@
 // (https://distribution.github.io/distribution/spec/auth/token/).
 #include "image/registry.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include "image/cache.h"
 #include "image/digest.h"
 #include "image/http.h"
+#include "image/layer.h"
+#include "common/text.h"
 #include "image/registry_auth.h"
 
 namespace slipway::launcher {
@@ -359,10 +362,10 @@ Result<std::string> RegistryClient::head_manifest_digest(const std::string& refe
 
 // A blob a mirror got wrong (size or digest) is fetched again from the registry itself, and the
 // mirror is dropped for the rest of the import with one warning, as when it fails outright.
-Status RegistryClient::fetch_blob(const Descriptor& d, int fd) {
-  Status st = fetch_blob_once(d, fd);
+Status RegistryClient::fetch_blob(const Descriptor& d, int fd, uint64_t keep_free) {
+  Status st = fetch_blob_once(d, fd, keep_free);
   if (!mirror_lied(st, d)) return st;
-  return fetch_blob_once(d, fd);
+  return fetch_blob_once(d, fd, keep_free);
 }
 
 // Whether ST is a mirror's corrupt answer for blob D; if so the mirror is dropped (one warning).
@@ -374,9 +377,22 @@ bool RegistryClient::mirror_lied(const Status& st, const Descriptor& d) {
   return true;
 }
 
-Status RegistryClient::fetch_blob_once(const Descriptor& d, int fd) {
+Status RegistryClient::fetch_blob_once(const Descriptor& d, int fd, uint64_t keep_free) {
   Sha256 hash;
-  uint64_t got = 0;
+  uint64_t got = 0, free_checked_at = 0;
+  const std::string blob = "blob " + d.digest + " of image '" + ref_.str() + "'";
+  // At the first bytes and every 64 MiB: the cache's filesystem keeps KEEP_FREE (min_free_space=) as the blob grows.
+  auto check_free = [&]() -> Status {
+    free_checked_at = got;
+    struct statvfs vfs;
+    if (::fstatvfs(fd, &vfs) == -1) return Status::from_errno("statvfs of the image cache", errno);
+    const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    if (avail >= keep_free) return Status();
+    return Status::error("the cache's filesystem has " + human_bytes(avail) + " free while " + blob +
+                             " downloads, below the " + human_bytes(keep_free) + " it must keep (" +
+                             bound_text("min_free_space", human_bytes(keep_free)) + ")",
+                         ENOSPC);
+  };
   Sink sink{[&](const char* p, size_t n) -> Status {
               got += n;
               if (got > d.size)
@@ -384,10 +400,15 @@ Status RegistryClient::fetch_blob_once(const Descriptor& d, int fd) {
                                      "' is larger than the " + std::to_string(d.size) +
                                      " bytes its manifest declares; the image is corrupt", EBADMSG);
               hash.update(p, n);
-              return write_all(fd, p, n);
+              Status w = write_all(fd, p, n);
+              if (!w.ok()) return w.context(blob);
+              if (keep_free > 0 && (got == n || got - free_checked_at >= (uint64_t{64} << 20)))
+                return check_free();
+              return Status();
             },
             [&]() -> Status {
               got = 0;
+              free_checked_at = 0;
               hash = Sha256();
               SLIPWAY_SYS(::ftruncate(fd, 0), "truncate blob file");
               SLIPWAY_SYS(::lseek(fd, 0, SEEK_SET), "seek blob file");

@@ -35,7 +35,7 @@ struct RegistryOptions {
   // A transfer (manifest or blob) averaging less than min_rate_bytes/s over min_rate_window_s
   // (registry_min_rate=), or lasting more than transfer_timeout_s (registry_timeout=; 0: no
   // deadline), is abandoned and retried; the last failure names the registry and the blob.
-  long min_rate_bytes = 1024;
+  long min_rate_bytes = 64 << 10;
   long min_rate_window_s = 30;
   long transfer_timeout_s = 0;
   int max_retries = 4;
@@ -90,8 +90,10 @@ class RegistryClient {
   // (Docker-Content-Digest), or "" when it does not say. Registries do not count a HEAD as a pull
   // (Docker Hub's rate limit).
   Result<std::string> head_manifest_digest(const std::string& reference);
-  // Streams blob D into FD (truncated first, rewritten on retry), checking size and digest.
-  Status fetch_blob(const Descriptor& d, int fd);
+  // Streams blob D into FD (truncated first, rewritten on retry), checking size and digest: a
+  // body longer than D.size is cut there and refused. Every 64 MiB the filesystem under FD must
+  // still have KEEP_FREE bytes available (min_free_space=), else ENOSPC.
+  Status fetch_blob(const Descriptor& d, int fd, uint64_t keep_free = 0);
   // A small blob (the image config) into memory, verified.
   Result<std::string> fetch_small_blob(const Descriptor& d);
   // Whether the mirror of this image's registry holds blob D: asked for its first byte ("Range:
@@ -118,7 +120,7 @@ class RegistryClient {
   RegistryOptions opts_;
   std::unique_ptr<HttpClient> http_;
   // The mirror's answer, or nullopt when there is none to ask (or it just failed).
-  Status fetch_blob_once(const Descriptor& d, int fd);
+  Status fetch_blob_once(const Descriptor& d, int fd, uint64_t keep_free);
   Result<std::string> fetch_small_blob_once(const Descriptor& d);
   bool mirror_lied(const Status& st, const Descriptor& d);
   std::optional<Result<HttpResponse>> get_from_mirror(const std::string& path,

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "common/file_util.h"
@@ -31,6 +32,11 @@ Status add_mounts(const JobOptions& opts, const SiteDefaults& site, const std::s
   all.insert(all.end(), opts.mounts.begin(), opts.mounts.end());
   for (const auto& m : all) {
     struct stat s;
+    if (m.is_bind() && stat(m.source.c_str(), &s) != 0 && errno != ENOENT)  // there, unreachable
+      return Status::error("--container-mounts: source path '" + m.source + "' cannot be reached on " +
+                               node + ": " + strerror(errno) + "; the job's user (uid " +
+                               std::to_string(geteuid()) + ") must be able to reach it",
+                           errno);
     if (m.is_bind() && stat(m.source.c_str(), &s) != 0)
       return Status::error(mount_source_missing(m.source) + " on " + node +
                                "; create it or fix the path",

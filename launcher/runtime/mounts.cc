@@ -40,6 +40,28 @@ Result<std::vector<std::string>> components(const std::string& path) {
   return out;
 }
 
+// Whether something may be created in directory REL (resolved in the root, open as PARENT): it
+// is on the root's own filesystem, or REL names it without any symlink. A symlink of the image
+// may not lead the setup onto a host filesystem bound into the container (/tmp, the home, a
+// user's bind) and make mount points or files there: "/home -> /tmp/x" would create the home's
+// mount point in the host's /tmp. The error names the path and why.
+Status check_may_create_in(int root_fd, const std::string& rel, int parent, const std::string& what) {
+  struct stat root_st, parent_st;
+  if (::fstat(root_fd, &root_st) == 0 && ::fstat(parent, &parent_st) == 0 &&
+      root_st.st_dev == parent_st.st_dev)
+    return Status();
+  struct open_how how = {};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS;
+  UniqueFd literal(static_cast<int>(syscall(SYS_openat2, root_fd, rel.empty() ? "." : rel.c_str(),
+                                            &how, sizeof how)));
+  if (literal.valid()) return Status();
+  return Status::error("cannot create " + what + ": a symlink in the image's '/" + rel +
+                           "' leads out of the image, onto a filesystem bound from the host; the "
+                           "image is broken or hostile: fix the symlink, or choose another path",
+                       EXDEV);
+}
+
 }  // namespace
 
 std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
@@ -69,6 +91,8 @@ Result<UniqueFd> make_mount_point(int root_fd, const std::string& path, NodeKind
       // Create it inside the (already resolved, hence inside-root) parent.
       UniqueFd parent(openat2_in_root(root_fd, rel.empty() ? "." : rel, O_PATH | O_DIRECTORY));
       if (!parent.valid()) return Status::from_errno("open '" + rel + "' in container", errno);
+      SLIPWAY_TRY(check_may_create_in(root_fd, rel, parent.get(),
+                                      "mount point '" + path + "' in the container"));
       int rc;
       if (last && kind == NodeKind::kFile) {
         // O_PATH fds cannot create: reopen the parent as a directory for openat(O_CREAT).
@@ -99,6 +123,9 @@ Status write_file_in_root(int root_fd, const std::string& path, const std::strin
     return Status::error("cannot write '" + path + "' in the container: not a file name", EINVAL);
   UniqueFd parent(openat2_in_root(root_fd, dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY));
   if (!parent.valid()) return errno == ENOENT ? Status() : Status::from_errno("open " + dir, errno);
+  std::string rel_dir = dir;
+  rel_dir.erase(0, rel_dir.find_first_not_of('/'));
+  SLIPWAY_TRY(check_may_create_in(root_fd, rel_dir, parent.get(), "'" + path + "' in the container"));
   UniqueFd fd(openat(parent.get(), name.c_str(),
                      O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.valid()) return Status::from_errno("write '" + path + "' in the container", errno);

@@ -158,6 +158,27 @@ test_symlink_cannot_lead_a_destination_outside() {
     assert_equal 2 "$(grep -cx from-host <<<"$output")" "files read through the binds"
 }
 
+# A container whose /home and /evil are symlinks into the node's /tmp (bound into every container):
+# the home's mount point, a bind's and a tmpfs's are never made there; each step fails in one line
+# naming the symlink, and the node's /tmp directory stays empty (issue 30).
+test_image_symlinks_never_create_on_the_host() {
+    local x=slipway-evil-$$
+    run_job salloc -N1 -w node3 --time=2 sh -c "
+        srun -K sh -c 'rm -rf /tmp/$x; mkdir /tmp/$x' &&
+        srun -K --container-image=$BUSYBOX --container-name=evil:create --no-container-mount-home \
+            --container-workdir=/ sh -c 'rm -rf /home && ln -s /tmp/$x /home && ln -s /tmp/$x /evil' &&
+        { srun -K --container-name=evil --container-mount-home --container-workdir=/ true; echo rc=\$?
+          srun -K --container-name=evil --no-container-mount-home --container-workdir=/ \
+              --container-mounts=$DATA/a:/evil/in true; echo rc=\$?
+          srun -K --container-name=evil --no-container-mount-home --container-workdir=/ \
+              --container-mounts=tmpfs:/evil/t true; echo rc=\$?; }
+        srun -K sh -c 'ls -A /tmp/$x | sed \"s/^/made: /\"; rm -rf /tmp/$x'"
+    echo "$output" >&2
+    assert_equal 3 "$(grep -c '^rc=[1-9]' <<<"$output")" "steps refused"
+    assert_output_contains "leads out of the image, onto a filesystem bound from the host"
+    assert_equal 0 "$(grep -c '^made: ' <<<"$output")" "entries made in the node's /tmp"
+}
+
 test_sbatch_mounts_reach_every_step() {
     local script
     script=$(job_user_home)/$DATA_NAME/job.sh

@@ -9,13 +9,16 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
 #include <thread>
 
 #include "image/cache.h"
 #include "image/import.h"
+#include "image/import_build.h"
 #include "image_test_util.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
 #include "check_main.h"
@@ -144,7 +147,7 @@ END_TEST
 START_TEST(import_bounds) {
   ImportBounds b;
   ck_assert_uint_eq(b.max_image_bytes, 64ull << 30);
-  ck_assert(b.max_layer_ratio == 1000 && b.min_free_bytes == 0);
+  ck_assert(b.max_layer_ratio == 20 && b.min_free_bytes == 1ull << 30);
   ck_assert(parse_import_bound(b, "max_image_size", "10G").ok() && b.max_image_bytes == 10ull << 30);
   ck_assert(parse_import_bound(b, "min_free_space", "512M").ok() && b.min_free_bytes == 512ull << 20);
   ck_assert(parse_import_bound(b, "max_layer_ratio", "250").ok() && b.max_layer_ratio == 250);
@@ -320,6 +323,107 @@ START_TEST(root_others_may_write_is_refused) {
 }
 END_TEST
 
+// A wait for a blob another import is fetching is bounded by the waiter's own limits: with
+// registry_timeout=1 it gives up after about a second, with registry_min_rate=1K over 1 s once the
+// other's download stopped growing; the blob is never fetched twice meanwhile.
+START_TEST(blob_waiters_have_a_deadline) {
+  Sandbox sb;
+  NodeCache cache(sb.base + "/cache");
+  ck_assert(cache.ensure_layout().ok());
+  const Descriptor d{"application/vnd.oci.image.layer.v1.tar+gzip", "sha256:" + hex('b'), 4};
+  auto held = FileLock::acquire(cache.lock_path("blob-" + hex('b')), FileLock::Mode::kExclusive);
+  ck_assert(held.ok());
+  write_text(cache.tmp_dir() + "/blob-" + hex('b') + ".1.x", "st");  // the other's stalled file
+  int fills = 0;
+  auto fill = [&](int) { ++fills; return Status(); };
+  for (int by_rate = 0; by_rate < 2; ++by_rate) {
+    BlobWait wait = by_rate ? BlobWait{0, 1024, 1} : BlobWait{1, 0, 30};
+    auto start = std::chrono::steady_clock::now();
+    Status st = ensure_blob(cache, d, fill, wait);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ck_assert_int_eq(st.error_number(), ETIMEDOUT);
+    ck_assert_msg(st.message().find("blob sha256:" + hex('b') + ", which another import on this "
+                                    "node is fetching") != std::string::npos, "%s", st.message().c_str());
+    ck_assert_msg(st.message().find(by_rate ? "less than registry_min_rate=1.0 KiB/s"
+                                            : "(registry_timeout=1, SLIPWAY_REGISTRY_TIMEOUT)") !=
+                      std::string::npos, "%s", st.message().c_str());
+    ck_assert_msg(secs >= 0.9 && secs < 5, "waited %.1f s", secs);
+  }
+  ck_assert_int_eq(fills, 0);
+  *held = FileLock();  // the other import is done: the next one fills it
+  ck_assert(ensure_blob(cache, d, [&](int fd) { ++fills; return Status(write(fd, "blob", 4) == 4 ? Status() : Status::error("w")); },
+                        BlobWait{1, 1024, 1}).ok());
+  ck_assert_int_eq(fills, 1);
+}
+END_TEST
+
+// Cache squatting: another user who makes /var/tmp/slipway-<uid> first (a directory of theirs, a
+// symlink) blocks nobody. The plugin, as root, moves it aside (nothing read or removed) and makes
+// the user's own 0700 directory; `slipway` commands of the user fall back to a private
+// /var/tmp/slipway-<uid>.XXXXXX, the same one each time, saying so in one line. Needs root (chown,
+// setuid): as any other user it checks nothing.
+START_TEST(squatted_default_cache) {
+  if (geteuid() != 0) return;
+  Sandbox sb;
+  const uid_t user = 45000, squatter = 45001;
+  const std::string parent = sb.root + "/vartmp";
+  mkdir(parent.c_str(), 0700);
+  chmod(parent.c_str(), 01777);
+  const std::string mine = parent + "/slipway-" + std::to_string(user);
+  mkdir(mine.c_str(), 0700);
+  chmod(mine.c_str(), 0777);
+  write_text(mine + "/planted", "x");
+  ck_assert_int_eq(chown(mine.c_str(), squatter, squatter), 0);
+  auto note = claim_user_cache(parent, user, user);
+  ck_assert_msg(note.ok(), "%s", note.status().message().c_str());
+  ck_assert_msg(note->find(mine + " was made by uid 45001 (mode 0777), not for uid 45000: moved "
+                           "aside to " + mine + ".squatted-") == 0, "%s", note->c_str());
+  struct stat st;
+  ck_assert_int_eq(lstat(mine.c_str(), &st), 0);
+  ck_assert(S_ISDIR(st.st_mode) && st.st_uid == user && (st.st_mode & 0777) == 0700);
+  ck_assert_int_eq(count_entries(mine), 0);
+  ck_assert(read_text(note->substr(note->rfind(' ') + 1) + "/planted") == "x");  // kept, aside
+  ck_assert(claim_user_cache(parent, user, user).value() == "");  // now fine as it is
+  // A symlink to elsewhere: moved aside too, nothing made where it pointed.
+  const std::string link = parent + "/slipway-" + std::to_string(squatter);
+  ck_assert_int_eq(symlink(sb.outside.c_str(), link.c_str()), 0);
+  ck_assert(!claim_user_cache(parent, squatter, squatter).value().empty());
+  ck_assert(lstat(link.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == squatter);
+  ck_assert(sb.surroundings_intact());
+  // `slipway` as the user, /var/tmp/slipway-<uid> another's: a private fallback, reused.
+  const std::string def = default_cache_dir(user);
+  mkdir(def.c_str(), 0755);
+  ck_assert_int_eq(chown(def.c_str(), squatter, squatter), 0);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(user) || setuid(user)) _exit(1);
+    std::string n1, n2;
+    std::string a = user_default_cache_dir(&n1), b = user_default_cache_dir(&n2);
+    std::string out = a + "\n" + b + "\n" + n1 + "\n";
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  const std::string a = out.substr(0, out.find('\n'));
+  const std::string rest = out.substr(out.find('\n') + 1);
+  const std::string b = rest.substr(0, rest.find('\n'));
+  const std::string said = rest.substr(rest.find('\n') + 1);
+  bool private_dir = lstat(a.c_str(), &st) == 0 && st.st_uid == user && (st.st_mode & 0777) == 0700;
+  ::rmdir(a.c_str());
+  ::rmdir(def.c_str());
+  ck_assert_msg(a.rfind(def + ".", 0) == 0 && a == b && private_dir, "%s", out.c_str());
+  ck_assert_msg(said == def + " belongs to uid 45001, not you: using " + a + " instead (set "
+                "SLIPWAY_CACHE_DIR to choose another; root may remove " + def + ")\n", "%s", said.c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("cache");
   TCase* tc = tcase_create("admin");
@@ -336,6 +440,8 @@ Suite* make_suite(void) {
   tcase_add_test(shared, rm_lets_go_of_readers_before_deleting);
   tcase_add_test(shared, parents_others_may_write_are_refused);
   tcase_add_test(shared, root_others_may_write_is_refused);
+  tcase_add_test(shared, blob_waiters_have_a_deadline);
+  tcase_add_test(shared, squatted_default_cache);
   tcase_set_timeout(shared, 60);
   suite_add_tcase(s, shared);
   return s;

@@ -31,7 +31,8 @@ static void put_blob(const std::string& dir, const std::string& data) {
 
 // An OCI image layout in DIR with two layers (the second whites out a file of the first); returns
 // the manifest digest.
-static std::string write_layout(const std::string& dir, const std::string& label = "local") {
+static std::string write_layout(const std::string& dir, const std::string& label = "local",
+                                int config_size_lie = 0) {
   mkdir(dir.c_str(), 0755);
   mkdir((dir + "/blobs").c_str(), 0755);
   mkdir((dir + "/blobs/sha256").c_str(), 0755);
@@ -53,8 +54,9 @@ static std::string write_layout(const std::string& dir, const std::string& label
   };
   const std::string gz = "application/vnd.oci.image.layer.v1.tar+gzip";
   std::string manifest =
-      R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":)" +
-      desc("application/vnd.oci.image.config.v1+json", config) + R"(,"layers":[)" +
+      std::string(R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":)") +
+      R"({"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" + sha256_digest(config) +
+      R"(","size":)" + std::to_string(config.size() + config_size_lie) + "}" + R"(,"layers":[)" +
       desc(gz, l1) + "," + desc(gz, l2) + "]}";
   put_blob(dir, manifest);
   std::string entry = desc("application/vnd.oci.image.manifest.v1+json", manifest);
@@ -313,6 +315,53 @@ START_TEST(check_finds_damaged_and_missing_blobs) {
 }
 END_TEST
 
+// A config blob whose size in the manifest lies (its digest right) is refused by the import, as a
+// registry's would be, and `slipway check` finds such an image in a cache too.
+START_TEST(config_size_lie_is_refused) {
+  Sandbox sb;
+  std::string layout = sb.base + "-lie";
+  write_layout(layout, "local", 7);
+  auto img = import_image(*parse_image_ref("oci:" + layout), options(sb));
+  ck_assert(!img.ok());
+  const std::string msg = img.status().message();
+  ck_assert_msg(msg.find(" bytes, its descriptor declares ") != std::string::npos &&
+                    msg.find("; the image is corrupt: export it again") != std::string::npos,
+                "%s", msg.c_str());
+  remove_all(layout);
+  // In a cache: the true image, published again under a manifest that lies about its config.
+  std::string digest = write_layout(layout);
+  ImportOptions o = options(sb);
+  auto good = import_image(*parse_image_ref("oci:" + layout), o);
+  ck_assert_msg(good.ok(), "%s", good.status().message().c_str());
+  NodeCache cache(o.cache_dir);
+  std::string manifest = read_text(cache.image_dir(digest) + "/manifest.json");
+  const std::string config_size = R"(","size":)";
+  size_t at = manifest.find(config_size) + config_size.size();
+  size_t end = manifest.find('}', at);
+  manifest.replace(at, end - at, std::to_string(std::stoull(manifest.substr(at, end - at)) + 7));
+  const std::string lying = sha256_digest(manifest);
+  ck_assert_int_eq(rename(cache.image_dir(digest).c_str(), cache.image_dir(lying).c_str()), 0);
+  write_text(cache.image_dir(lying) + "/manifest.json", manifest);
+  Status st = check_image(cache, lying);
+  ck_assert_msg(!st.ok() && st.message().find("config.json is ") != std::string::npos &&
+                    st.message().find(" bytes, its manifest declares ") != std::string::npos,
+                "%s", st.message().c_str());
+  remove_all(layout);
+}
+END_TEST
+
+// A 6 KB path as the image: one line that names it once, with the cause and the fix.
+START_TEST(long_path_is_named_once) {
+  Sandbox sb;
+  const std::string path = "/" + std::string(6000, 'a');
+  auto img = import_image(*parse_image_ref(path), options(sb));
+  ck_assert(!img.ok());
+  const std::string msg = import_failed(path, img.status()).message();
+  ck_assert_msg(msg == "failed to import docker image: " + path + ": cannot open it: File name too "
+                       "long; the path is longer than the system allows", "%s", msg.substr(6000).c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("import_local");
   TCase* tc = tcase_create("local");
@@ -324,6 +373,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, fifo_in_layout_is_refused_without_blocking);
   tcase_add_test(tc, imports_race_gc_and_rm);
   tcase_add_test(tc, check_finds_damaged_and_missing_blobs);
+  tcase_add_test(tc, config_size_lie_is_refused);
+  tcase_add_test(tc, long_path_is_named_once);
   suite_add_tcase(s, tc);
   return s;
 }

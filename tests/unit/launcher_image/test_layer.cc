@@ -2,6 +2,8 @@
 // Copyright The Slipway authors
 // Layer unpack tests: normal content, OCI whiteouts, and the hostile-archive set. Every test runs
 // in a Sandbox and checks that nothing outside the rootfs changed.
+#include <archive.h>
+#include <archive_entry.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -12,6 +14,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/text.h"
+#include "image/import.h"
 #include "image/layer.h"
 #include "image_test_util.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
@@ -301,16 +305,17 @@ START_TEST(deep_tree_whiteout_with_few_descriptors) {
 }
 END_TEST
 
-// A site's bounds: a layer inflating past max_layer_ratio (4 MiB of zeros in a few KiB of gzip,
-// with ratio 2 allowing 2 MiB), and a filesystem with less free than min_free_space.
+// A site's bounds: a layer inflating past max_layer_ratio (48 MiB of zeros in a few KiB of gzip,
+// with ratio 2 allowing 32 MiB: counted from 16 MiB up), and a filesystem with less free than
+// min_free_space.
 START_TEST(layer_ratio_and_free_space_bounds) {
   Sandbox sb;
   std::string gz = TarBuilder(TarBuilder::Compression::kGzip)
-                       .file("zeros", std::string(4 << 20, '\0')).finish();
+                       .file("zeros", std::string(48 << 20, '\0')).finish();
   int fd = memfd_with(gz);
   UnpackBudget ratio;
   ratio.max_ratio = 2;
-  ASSERT_FAILS_WITH(apply_layer(sb.rootfd, fd, ratio), "unpack to more than 2.0 MiB (max_layer_ratio=2, SLIPWAY_MAX_LAYER_RATIO)");
+  ASSERT_FAILS_WITH(apply_layer(sb.rootfd, fd, ratio), "unpack to more than 32.0 MiB (max_layer_ratio=2, SLIPWAY_MAX_LAYER_RATIO)");
   close(fd);
   UnpackBudget none;  // ratio 0: no bound
   ASSERT_OK(unpack_with(sb, gz, none));
@@ -319,8 +324,61 @@ START_TEST(layer_ratio_and_free_space_bounds) {
   UnpackBudget full;
   full.min_free_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize + 1;  // more than the disk
   ASSERT_FAILS_WITH(unpack_with(sb, TarBuilder().file("x", "x").finish(), full),
-                    " it must keep (min_free_space=, SLIPWAY_MIN_FREE_SPACE)");
+                    (" it must keep (min_free_space=" + slipway::launcher::human_bytes(full.min_free_bytes) +
+                     ", SLIPWAY_MIN_FREE_SPACE)").c_str());
   ck_assert(sb.surroundings_intact());
+}
+END_TEST
+
+// A gzip member of DATA (libarchive's gzip filter over the raw format).
+static std::string gzip_member(const std::string& data) {
+  archive* a = archive_write_new();
+  archive_write_add_filter_gzip(a);
+  archive_write_set_format_raw(a);
+  std::string buf(data.size() + (64 << 10), '\0');
+  size_t used = 0;
+  archive_write_open_memory(a, buf.data(), buf.size(), &used);
+  archive_entry* e = archive_entry_new();
+  archive_entry_set_filetype(e, AE_IFREG);
+  archive_write_header(a, e);
+  archive_write_data(a, data.data(), data.size());
+  archive_write_close(a);
+  archive_write_free(a);
+  archive_entry_free(e);
+  return buf.substr(0, used);
+}
+
+// The bounds' defaults stop a gzip bomb early: one 4 GiB file of zeros in ~4 MiB of gzip (a
+// ustar header, then 4096 gzip members of 1 MiB of zeros each, as gzip -c appends them), is
+// refused by the default max_layer_ratio after at most 400 MiB of writes, not 4 GiB.
+START_TEST(default_bounds_stop_a_gzip_bomb_early) {
+  Sandbox sb;
+  std::string h(512, '\0');
+  std::memcpy(&h[0], "bomb", 4);
+  std::snprintf(&h[100], 8, "%07o", 0644);
+  std::snprintf(&h[108], 8, "%07o", 0);
+  std::snprintf(&h[116], 8, "%07o", 0);
+  std::snprintf(&h[124], 12, "%011llo", 4ull << 30);
+  std::snprintf(&h[136], 12, "%011o", 0);
+  h[156] = '0';
+  std::memcpy(&h[257], "ustar", 6);
+  std::memcpy(&h[263], "00", 2);
+  std::memset(&h[148], ' ', 8);
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(&h[148], 8, "%06o", sum);
+  std::string bomb = gzip_member(h);
+  const std::string mib = gzip_member(std::string(1 << 20, '\0'));
+  for (int i = 0; i < 4096; ++i) bomb += mib;
+  bomb += gzip_member(std::string(1024, '\0'));
+  ck_assert(bomb.size() < (8u << 20));
+  slipway::launcher::ImportBounds defaults;
+  UnpackBudget budget;
+  budget.max_bytes = defaults.max_image_bytes;
+  budget.max_ratio = defaults.max_layer_ratio;
+  ASSERT_FAILS_WITH(unpack_with(sb, bomb, budget), "(max_layer_ratio=20, SLIPWAY_MAX_LAYER_RATIO)");
+  ck_assert_msg(budget.used <= (400ull << 20), "%llu bytes written",
+                static_cast<unsigned long long>(budget.used));
 }
 END_TEST
 
@@ -346,6 +404,7 @@ Suite* make_suite(void) {
   tcase_add_test(h, truncated_layer_rejected);
   tcase_add_test(h, decompression_bomb_rejected);
   tcase_add_test(h, layer_ratio_and_free_space_bounds);
+  tcase_add_test(h, default_bounds_stop_a_gzip_bomb_early);
   tcase_add_test(h, garbage_layer_rejected);
   suite_add_tcase(s, h);
   return s;

@@ -8,17 +8,21 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/text.h"
+#include "common/unique_fd.h"
 #include "image/digest.h"
 #include "image/import.h"
 #include "image/registry.h"
@@ -164,12 +168,14 @@ class Handler(BaseHTTPRequestHandler):
             return time.sleep(3600)
         if not slow:
             return self.reply(200, body)
-        self.send_response(200)  # /v2/slow/: blobs trickle at 256 bytes/s
+        self.send_response(200)  # /v2/slow/: blobs trickle at 256 bytes/s, or DIR/rate
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        rate = os.path.join(root, "rate")
+        step = int(open(rate).read()) // 4 if os.path.exists(rate) else 64
         try:
-            for i in range(0, len(body), 64):
-                self.wfile.write(body[i:i + 64])
+            for i in range(0, len(body), step):
+                self.wfile.write(body[i:i + step])
                 self.wfile.flush()
                 time.sleep(0.25)
         except (BrokenPipeError, ConnectionResetError):
@@ -497,6 +503,115 @@ START_TEST(hanging_mirror_falls_back_to_the_registry) {
 }
 END_TEST
 
+// What is downloaded is bounded, not only what is unpacked: a manifest declaring more blobs than
+// max_image_size, or more than the cache's free space less min_free_space, is refused before any
+// blob is asked for; a registry sending more than a blob's declared size is cut there; a download
+// that would eat into min_free_space stops with the blob and the image named.
+START_TEST(declared_sizes_bound_the_download) {
+  Sandbox sb;
+  std::string dir = sb.base + "-declared";
+  mkdir(dir.c_str(), 0700);
+  {
+    FlakyServer srv(dir);
+    ck_assert_msg(srv.port > 0, "the python3 test server did not start");
+    std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("a", random_suffix()).finish();
+    const std::string digest = sha256_digest(layer);
+    auto with_size = [&](uint64_t size) {
+      std::string m = one_layer_manifest(layer);
+      const std::string real = R"(","size":)" + std::to_string(layer.size()) + "}]}";
+      return m.replace(m.find(real), real.size(), R"(","size":)" + std::to_string(size) + "}]}");
+    };
+    ImportOptions o;
+    o.cache_dir = sb.root + "/cache";
+    o.registry.insecure_registries = {srv.host()};
+    o.registry.max_retries = 2;
+    const ImageRef ref = *parse_image_ref(srv.host() + "/flaky/img:v1");
+    // Declared 20 GiB with max_image_size=1G: refused, the layer never asked for.
+    serve_image(srv, layer, with_size(20ull << 30));
+    ck_assert(parse_import_bound(o.bounds, "max_image_size", "1G").ok());
+    auto img = import_image(ref, o);
+    ck_assert(!img.ok());
+    ASSERT_CONTAINS(img.status().message(), "image '" + srv.host() + "/flaky/img:v1' declares 20.0 GiB of "
+                    "blobs, more than it may unpack to (max_image_size=1.0 GiB, SLIPWAY_MAX_IMAGE_SIZE)");
+    ck_assert_int_eq(srv.count("/blobs/" + digest), 0);
+    // Declared within max_image_size, but more than the disk can give less min_free_space.
+    struct statvfs vfs;
+    ck_assert_int_eq(statvfs(sb.root.c_str(), &vfs), 0);
+    const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    o.bounds.max_image_bytes = 1ull << 50;
+    serve_image(srv, layer, with_size(avail));
+    img = import_image(ref, o);
+    ck_assert(!img.ok());
+    ck_assert_int_eq(img.status().error_number(), ENOSPC);
+    ASSERT_CONTAINS(img.status().message(), "' needs " + human_bytes(avail) + " of downloads, but " +
+                    o.cache_dir + " has ");
+    ASSERT_CONTAINS(img.status().message(), "free and must keep min_free_space=1.0 GiB, SLIPWAY_MIN_FREE_SPACE");
+    ck_assert_int_eq(srv.count("/blobs/" + digest), 0);
+    // Declared 10 bytes short: the registry's extra bytes are refused, nothing is kept.
+    serve_image(srv, layer, with_size(layer.size() - 10));
+    img = import_image(ref, o);
+    ck_assert(!img.ok());
+    ASSERT_CONTAINS(img.status().message(), "blob " + digest + " of image '" + ref.str() +
+                    "' is larger than the " + std::to_string(layer.size() - 10) + " bytes its manifest declares");
+    ck_assert(!path_exists(o.cache_dir + "/blobs/sha256/" + digest.substr(7)));
+    ck_assert_int_eq(count_entries(o.cache_dir + "/images"), 0);
+    // A download that would leave less than min_free_space: stopped at its first bytes.
+    RegistryClient client(ref, o.registry);
+    Descriptor d{"application/vnd.oci.image.layer.v1.tar+gzip", digest, layer.size()};
+    UniqueFd fd(open(sb.root.c_str(), O_TMPFILE | O_RDWR, 0600));
+    ck_assert(fd.valid());
+    Status st = client.fetch_blob(d, fd.get(), avail + (1ull << 40));
+    ck_assert_int_eq(st.error_number(), ENOSPC);
+    ASSERT_CONTAINS(st.message(), " free while blob " + digest + " of image '" + ref.str() +
+                    "' downloads, below the ");
+    // With room left the same call succeeds.
+    st = client.fetch_blob(d, fd.get(), 1 << 20);
+    ck_assert_msg(st.ok(), "%s", st.message().c_str());
+  }
+  remove_all(dir);
+}
+END_TEST
+
+// The default registry_min_rate (64K a second) fails a registry trickling 4 KiB/s within its
+// window, while one sending 160 KiB/s (slow, but honest) still serves the image. The window is
+// scaled to 2 s here (30 s by default).
+START_TEST(default_min_rate_fails_a_trickle_not_a_slow_mirror) {
+  Sandbox sb;
+  std::string dir = sb.base + "-rate";
+  mkdir(dir.c_str(), 0700);
+  {
+    FlakyServer srv(dir);
+    ck_assert_msg(srv.port > 0, "the python3 test server did not start");
+    std::string noise(640u << 10, '\0');  // 640 KiB that gzip cannot shrink
+    std::mt19937 rng(42);
+    for (char& c : noise) c = static_cast<char>(rng());
+    std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("big", noise).finish();
+    serve_image(srv, layer, one_layer_manifest(layer));
+    for (int rate : {4 << 10, 160 << 10}) {
+      write_text(dir + "/rate", std::to_string(rate));
+      ImportOptions o;
+      o.cache_dir = sb.root + "/cache-" + std::to_string(rate);
+      o.registry.insecure_registries = {srv.host()};
+      o.registry.max_retries = 0;
+      o.registry.min_rate_window_s = 2;
+      auto start = std::chrono::steady_clock::now();
+      auto img = import_image(*parse_image_ref(srv.host() + "/slow/img:v1"), o);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (rate == (4 << 10)) {
+        ck_assert(!img.ok());
+        ASSERT_CONTAINS(img.status().message(), "registry " + srv.host() + " sent blob " +
+                                                    sha256_digest(layer) + " too slowly (");
+        ck_assert_msg(secs < 10, "the trickle took %.1f s to fail", secs);  // the whole: 160 s
+      } else {
+        ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+        ck_assert(read_text(img->rootfs + "/big") == noise);
+      }
+    }
+  }
+  remove_all(dir);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("transport");
   TCase* tc = tcase_create("transport");
@@ -504,6 +619,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, tls_with_private_ca);
   tcase_add_test(tc, retries_on_429_and_503);
   tcase_add_test(tc, slow_registry_times_out_with_the_blob_named);
+  tcase_add_test(tc, declared_sizes_bound_the_download);
+  tcase_add_test(tc, default_min_rate_fails_a_trickle_not_a_slow_mirror);
   tcase_add_test(tc, lying_mirror_falls_back_to_the_registry);
   tcase_add_test(tc, hanging_mirror_falls_back_to_the_registry);
   tcase_add_test(tc, warming_a_cold_mirror_fetches_each_blob_once);

@@ -3,6 +3,7 @@
 // Tests for enter_container(): a forked child, dropped to an unprivileged uid as a job's task is,
 // enters a tiny busybox rootfs and checks what it sees. Label: userns (skipped, code 77, where
 // unprivileged user namespaces are off).
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <grp.h>
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "check_main.h"
 #include "runtime/container.h"
@@ -384,6 +386,61 @@ START_TEST(a_squashfs_daemon_that_never_answers_is_a_bounded_error) {
 }
 END_TEST
 
+// An image whose /home, /var/tmp or another directory is a symlink into the host's /tmp (bound
+// into every container): no mount point (a bind's, a file bind's, a tmpfs's) and no generated
+// file is made through it on the host; the start fails in one line naming the path. A symlink
+// that stays on the image's own filesystem still works, and so does a path under /tmp written
+// as such.
+START_TEST(image_symlinks_never_create_on_the_host) {
+  char tmpl[] = "/tmp/slw-host-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(tmpl));
+  const std::string host = tmpl;
+  chmod(tmpl, 0777);
+  ck_assert_int_eq(chown(tmpl, kUser, kUser), 0);
+  ck_assert_int_eq(mkdir((g_base + "/rootfs/var").c_str(), 0755), 0);
+  ck_assert_int_eq(mkdir((g_base + "/rootfs/opt").c_str(), 0755), 0);
+  for (const char* d : {"/rootfs/var", "/rootfs/opt"})
+    ck_assert_int_eq(lchown((g_base + d).c_str(), kUser, kUser), 0);
+  for (const char* link : {"/rootfs/home", "/rootfs/var/tmp", "/rootfs/evil"})
+    ck_assert_int_eq(symlink(host.c_str(), (g_base + link).c_str()), 0);
+  ck_assert_int_eq(symlink("/opt", (g_base + "/rootfs/inside").c_str()), 0);
+  write_file(g_base + "/work/file", "f");
+  std::vector<LaunchSpec> hostile;
+  for (const char* dest : {"/home/alice", "/var/tmp/job", "/evil/deeper/dir"}) {
+    LaunchSpec s = spec_for_user();
+    s.binds.push_back({.source = g_base + "/work", .destination = dest});
+    hostile.push_back(s);
+  }
+  LaunchSpec file_bind = spec_for_user();
+  file_bind.binds.push_back({.source = g_base + "/work/file", .destination = "/evil/file"});
+  hostile.push_back(file_bind);
+  LaunchSpec tmpfs = spec_for_user();
+  tmpfs.binds.push_back({.source = "tmpfs", .destination = "/evil/scratch", .tmpfs = true});
+  hostile.push_back(tmpfs);
+  LaunchSpec generated = spec_for_user();
+  generated.files.push_back({"/evil/hosts", "127.0.0.1 x\n"});
+  hostile.push_back(generated);
+  for (const auto& s : hostile) {
+    int rc = in_container(s, [] { return 0; });
+    ck_assert_int_eq(rc, 91);  // enter_container failed (not a skip, not a start)
+    DIR* d = opendir(host.c_str());
+    ck_assert_ptr_nonnull(d);
+    int entries = 0;
+    while (dirent* e = readdir(d)) entries += std::string(e->d_name) != "." && std::string(e->d_name) != "..";
+    closedir(d);
+    ck_assert_msg(entries == 0, "something was created in the host's %s", host.c_str());
+  }
+  LaunchSpec fine = spec_for_user();
+  fine.binds.push_back({.source = g_base + "/work", .destination = "/inside/work"});
+  fine.binds.push_back({.source = g_base + "/work", .destination = host + "/named"});
+  int rc = in_container(fine, [] { return access("/inside/work/file", R_OK) == 0 ? 0 : 1; });
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(access((host + "/named").c_str(), F_OK), 0);  // as the user wrote it
+  std::string cmd = "rm -rf " + host;
+  (void)!system(cmd.c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   if (!userns_available()) {
     printf("SKIPPED: unprivileged user namespaces are not available (user.max_user_namespaces)\n");
@@ -402,6 +459,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, squashfs_image_is_mounted_with_the_users_files);
   tcase_add_test(tc, corrupt_squashfs_is_one_line_and_leaves_nothing);
   tcase_add_test(tc, a_squashfs_daemon_that_never_answers_is_a_bounded_error);
+  tcase_add_test(tc, image_symlinks_never_create_on_the_host);
   suite_add_tcase(s, tc);
   return s;
 }

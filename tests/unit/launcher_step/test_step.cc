@@ -6,6 +6,7 @@
 // task's environment and binds, PMIx's settings the same for both edges; lock_down().
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <map>
@@ -15,6 +16,7 @@
 #include "image/cache.h"
 #include "../launcher_image/image_test_util.h"
 #include "options/container_plan.h"
+#include "options/job_options.h"
 #include "step/step.h"
 // check.h defines macros (fail) that break later standard headers: include it last.
 #include "check_main.h"
@@ -200,6 +202,37 @@ START_TEST(lock_down_leaves_no_privilege_to_gain) {
 }
 END_TEST
 
+// A mount source that exists but the user may not reach (/proc/1/root) says so, not "does not
+// exist" (issue 30).
+START_TEST(an_unreachable_mount_source_is_not_called_missing) {
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgid(65534) || setuid(65534))) _exit(1);
+    JobOptions opts;
+    auto mounts = parse_mounts("/proc/1/root:/host", "/");
+    if (!mounts.ok()) _exit(2);
+    opts.mounts = *mounts;
+    PlanInput in;
+    in.rootfs = "/nonexistent-rootfs";
+    in.node = "node1";
+    auto plan = plan_container(opts, SiteDefaults{}, in);
+    std::string msg = plan.ok() ? "ok" : plan.status().message();
+    (void)!write(fds[1], msg.data(), msg.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string msg;
+  char buf[1024];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  ck_assert_msg(msg.find("--container-mounts: source path '/proc/1/root' cannot be reached on node1: "
+                         "Permission denied; the job's user (uid ") == 0, "%s", msg.c_str());
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("step");
   TCase* tc = tcase_create("core");
@@ -209,6 +242,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, a_named_container_whose_image_is_gone_says_how_to_recreate_it);
   tcase_add_test(tc, the_task_gets_the_image_env_home_and_pmix_settings);
   tcase_add_test(tc, lock_down_leaves_no_privilege_to_gain);
+  tcase_add_test(tc, an_unreachable_mount_source_is_not_called_missing);
   suite_add_tcase(s, tc);
   return s;
 }
