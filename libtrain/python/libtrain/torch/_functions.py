@@ -43,7 +43,8 @@ def _to_bytes(obj):
 
 
 def _from_bytes(data):
-    return torch.load(io.BytesIO(data), map_location="cpu")
+    # Stopgap until the torch-py fix (issue 26): PyTorch 2.6 made weights_only=True the default.
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
