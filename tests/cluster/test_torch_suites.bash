@@ -6,8 +6,10 @@
 # on 2.6 in this run; listed and passing, it fails, so the list cannot go stale.
 
 readonly SUITES="test_python.py test_env.py test_torch_backend.py test_torch_hvd.py"
-# The reason of each suite known to fail on forky's PyTorch, by suite (none today).
-declare -A FORKY_KNOWN=()
+# The reason of each suite known to fail on forky's PyTorch, by suite.
+declare -A FORKY_KNOWN=(
+    [test_torch_backend.py]="PyTorch 2.14 routes all_gather_into_tensor to all_gather_single, which raises 'No backend type associated with device type cpu' for the libtrain backend, registered without devices= (issue 26, item 3)"
+)
 
 setup_file() {
     require_sandbox
