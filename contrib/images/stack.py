@@ -4,6 +4,7 @@
 """Stack one OCI image layout on another, reusing the base's blobs unchanged.
 
     stack.py layers BASE            print the paths of BASE's layer blobs, bottom first
+    stack.py env BASE               print BASE's config Env, one K=V a line
     stack.py stack BASE TOP OUT     write OUT: BASE's layers, then TOP's; BASE's config
                                     (Env, Cmd) with TOP's Env entries added or replacing
 
@@ -85,6 +86,10 @@ def main(argv):
         _, manifest, _ = read_image(argv[2])
         for layer in manifest["layers"]:
             print(blob_path(argv[2], layer["digest"]))
+    elif len(argv) == 3 and argv[1] == "env":
+        _, _, config = read_image(argv[2])
+        for entry in config.get("config", {}).get("Env", []):
+            print(entry)
     elif len(argv) == 5 and argv[1] == "stack":
         stack(argv[2], argv[3], argv[4])
     else:

@@ -5,7 +5,9 @@
 # the libtrain backend from env:// ends with bitwise identical weights on all 8 ranks; a Horovod
 # script on libtrain.torch reaches the accuracy of one process with the same global batch; a rank
 # killed mid-run makes every other rank raise a libtrain error within LIBTRAIN_TIMEOUT: never a hang;
-# torch.distributed and libtrain.torch in one script without PMIx, in either order.
+# torch.distributed and libtrain.torch in one script without PMIx, in either order. The cases
+# through the plugin run again on PyTorch 2.6 (the `torch-trixie` image, issue 26): each test
+# names its image with on_image; the default is `torch` (PyTorch 1.13).
 
 readonly DDP=/usr/share/libtrain/examples/torch_ddp.py
 readonly HVD=/usr/share/libtrain/examples/torch_hvd.py
@@ -18,11 +20,14 @@ readonly EIGHT="-N4 --ntasks-per-node=2"
 # their jobs' name (scancel'd when a test gives up on one).
 readonly FAIL_TIMEOUT=20 KILL_JOB=slipway-test-torch-kill
 
+# The images the tests run in, and the paths each is started through before the tests.
+readonly IMAGES="torch torch-trixie"
+
 setup_file() {
     require_sandbox
     require_plugin
-    "$SANDBOX" images torch >/dev/null 2>&1 || fail "slipway-sandbox images torch failed (run it to see why)"
-    TORCH=$(image_ref torch)
+    # shellcheck disable=SC2086
+    "$SANDBOX" images $IMAGES >/dev/null 2>&1 || fail "slipway-sandbox images $IMAGES failed (run it to see why)"
     local bin=${SLIPWAY_BUILD_DIR:-$REPO_DIR/build}/launcher/slipway
     [[ -x $bin ]] || fail "slipway is not built ($bin)"
     # The nodes cannot see a build under /tmp (each has its own): run a copy from the user's home,
@@ -31,20 +36,31 @@ setup_file() {
     CKPT_DIR=$(job_user_home)/torch-test
     install -d -m 0755 -o slwuser "$CKPT_DIR"
     export SLIPWAY_INSECURE_REGISTRIES=$SANDBOX_NET.1:5000
-    REFERENCE=$(mktemp)
-    # The first start imports 1.3 GiB on every node, for each path: done here, so that the
-    # tests' own time limits measure training, not the pull.
+    REFERENCE=$(mktemp -d)
+    # The first start imports 1.3-1.6 GiB on every node, for each path: done here, so that the
+    # tests' own time limits measure training, not the pull. Only `torch` runs through `slipway run`.
     JOB_TIMEOUT=300
-    local via
-    for via in plugin slipway-run; do
-        in_torch "$via"
-        run_job srun -N4 --ntasks-per-node=1 -K "${IN_TORCH[@]}" true
-        ((status == 0)) || fail "the torch image does not start through $via: $output"
+    local image via
+    for image in $IMAGES; do
+        on_image "$image"
+        for via in plugin slipway-run; do
+            [[ $via == plugin || $image == torch ]] || continue
+            in_torch "$via"
+            run_job srun -N4 --ntasks-per-node=1 -K "${IN_TORCH[@]}" true
+            ((status == 0)) || fail "the $image image does not start through $via: $output"
+        done
     done
     JOB_TIMEOUT=180
 }
 
 teardown_file() { rm -rf "$(job_user_home)/slipway" "$CKPT_DIR" "$REFERENCE"; }
+
+# on_image NAME: the tests' commands run in test image NAME (TORCH is its reference).
+on_image() { IMAGE=$1 TORCH=$(image_ref "$1"); }
+IMAGE=torch TORCH=""
+
+# setup: every test starts on the `torch` image unless it says otherwise.
+setup() { on_image torch; }
 
 # in_torch plugin|slipway-run [CONTAINER_OPTION...]: sets IN_TORCH, the words between srun's own
 # options and the command that run it in the torch image: the plugin's options, or `slipway run`.
@@ -116,32 +132,33 @@ final_accuracy() {
     sed -n 's/^final test accuracy \([0-9.]*\) .*/\1/p' <<<"$output"
 }
 
-# One process's accuracy (the reference), trained once per file and remembered in $REFERENCE.
+# One process's accuracy (the reference), trained once per image and remembered in $REFERENCE.
 reference_accuracy() {
-    if [[ ! -s $REFERENCE ]]; then
+    local file=$REFERENCE/$IMAGE
+    if [[ ! -s $file ]]; then
         # shellcheck disable=SC2086
         run_job env LIBTRAIN_TIMEOUT=30 srun -N1 -n1 -K --container-image="$TORCH" python3 "$HVD" $HVD_ARGS $HVD_ONE
         assert_success
         assert_output_contains "training on 1 ranks"
-        final_accuracy >"$REFERENCE"
+        final_accuracy >"$file"
     fi
-    cat "$REFERENCE"
+    cat "$file"
 }
 
 # hvd_matches_one_process VIA: torch_hvd.py on 8 ranks, checkpointing; the accuracy is within one
 # point of one process's (and real: > 0.7); rank 0's checkpoint holds the trained epochs.
 hvd_matches_one_process() {
-    local single multi ckpt=$CKPT_DIR/$1.pt
+    local single multi ckpt=$CKPT_DIR/$IMAGE-$1.pt
     single=$(reference_accuracy)
     in_torch "$1" --container-mounts="$CKPT_DIR:/ckpt"
     rm -f "$ckpt"
     # shellcheck disable=SC2086
     run_job env LIBTRAIN_TIMEOUT=30 srun --mpi=pmix $EIGHT -K "${IN_TORCH[@]}" \
-        python3 "$HVD" $HVD_ARGS $HVD_EIGHT --checkpoint "/ckpt/$1.pt"
+        python3 "$HVD" $HVD_ARGS $HVD_EIGHT --checkpoint "/ckpt/${ckpt##*/}"
     assert_success
     assert_output_contains "training on 8 ranks (2 on this node)"
     multi=$(final_accuracy)
-    echo "# one process: $single, 8 ranks: $multi" >&2
+    echo "# $IMAGE: one process: $single, 8 ranks: $multi" >&2
     [[ -n $single && -n $multi ]] || fail "no final accuracy (one process: '$single', 8 ranks: '$multi')"
     awk -v a="$single" -v b="$multi" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' \
         || fail "8 ranks reached $multi, one process $single: more than 1 point apart"
@@ -251,6 +268,16 @@ rank_killed_from_outside() {
 
 test_rank_killed_from_outside_makes_every_rank_raise_through_the_plugin() { rank_killed_from_outside plugin; }
 test_rank_killed_from_outside_makes_every_rank_raise_through_slipway_run() { rank_killed_from_outside slipway-run; }
+
+# PyTorch 2.6 (Debian 13, the `torch-trixie` image): the cases above through the plugin.
+test_ddp_on_gloo_from_env_on_pytorch_2_6() { on_image torch-trixie; ddp_on_8_ranks plugin gloo; }
+test_ddp_on_libtrain_on_pytorch_2_6() { on_image torch-trixie; ddp_on_8_ranks plugin libtrain --mpi=pmix; }
+test_ddp_on_libtrain_from_env_on_pytorch_2_6() { on_image torch-trixie; ddp_on_8_ranks plugin libtrain; }
+test_torch_distributed_then_hvd_init_on_pytorch_2_6() { on_image torch-trixie; torch_distributed_with_hvd dist torch; }
+test_hvd_init_then_torch_distributed_on_pytorch_2_6() { on_image torch-trixie; torch_distributed_with_hvd hvd env; }
+test_horovod_script_on_8_ranks_matches_one_process_on_pytorch_2_6() { on_image torch-trixie; hvd_matches_one_process plugin; }
+test_rank_that_dies_makes_every_rank_raise_on_pytorch_2_6() { on_image torch-trixie; rank_that_dies plugin; }
+test_rank_killed_from_outside_makes_every_rank_raise_on_pytorch_2_6() { on_image torch-trixie; rank_killed_from_outside plugin; }
 
 # torchrun launched by srun, one per node (2 workers each), rendezvousing over c10d at the first
 # node's MASTER_ADDR:MASTER_PORT (the plugin sets them; srun's ranks here are the 4 torchruns),
