@@ -184,7 +184,9 @@ START_TEST(missing_workdir_is_a_clear_error) {
     if (st.ok()) _exit(1);
     if (st.error_number() == EPERM && st.message().find("user namespace") != std::string::npos)
       _exit(77);
-    _exit(st.message().find("working directory '/no/such/dir'") == 0 ? 0 : 2);
+    _exit(st.message().find("working directory in the container: /no/such/dir: No such file or directory") == 0
+              ? 0
+              : 2);
   }
   int status = 0;
   waitpid(pid, &status, 0);
