@@ -10,6 +10,15 @@ setup_file() {
     require_plugin
     require_images busybox
     BUSYBOX=$(image_ref busybox)
+    # The tests below assert that nothing was queued: jobs an earlier file cancelled may still be
+    # completing (CG) for a while, so wait for the user's queue to drain first.
+    local i
+    for ((i = 0; i < 60; i++)); do
+        run_job squeue -h -u slwuser
+        [[ -z $output ]] && return 0
+        sleep 1
+    done
+    fail "jobs of slwuser still queued before the test: $output"
 }
 
 # submit_each OPTION...: try srun, sbatch and salloc with a busybox image and OPTION...; fail on
