@@ -236,19 +236,27 @@ Status mount_devpts(int dev) {
   return Status();
 }
 
+// Mounts a fresh tmpfs over the container's /dev (whose mount point is `point`) and opens it.
+Result<UniqueFd> mount_dev_tmpfs(int root_fd, int point, const std::string& what) {
+  SLIPWAY_SYS(mount("tmpfs", fd_path(point).c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC,
+                    "mode=0755,size=64k"),
+              "mount " + what);
+  // `point` names the mount point under the tmpfs; resolve again to land on the tmpfs itself.
+  auto top = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
+  SLIPWAY_TRY(top);
+  UniqueFd dev(openat(top->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dev.valid()) return Status::from_errno("open " + what, errno);
+  return dev;
+}
+
 // A fresh /dev holding only the harmless device nodes (bound from the host: a tmpfs made in a user
 // namespace cannot hold usable device nodes), shared memory, message queues and ptys.
 Status mount_dev(int root_fd, bool private_ipc) {
   auto point = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
   SLIPWAY_TRY(point);
-  SLIPWAY_SYS(mount("tmpfs", fd_path(point->get()).c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC,
-                    "mode=0755,size=64k"),
-              "mount tmpfs on /dev");
-  // point->get() names the mount point under the tmpfs; resolve again to land on the tmpfs itself.
-  auto top = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
-  SLIPWAY_TRY(top);
-  UniqueFd dev(openat(top->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dev.valid()) return Status::from_errno("open /dev in container", errno);
+  auto opened = mount_dev_tmpfs(root_fd, point->get(), "tmpfs on /dev in container");
+  SLIPWAY_TRY(opened);
+  UniqueFd dev = std::move(*opened);
   for (const char* node : kDeviceNodes)
     SLIPWAY_TRY(bind_dev_entry(dev.get(), node, {.recursive = false, .allow_devices = true}));
   if (private_ipc) {
@@ -409,13 +417,9 @@ Status private_dev(int root_fd) {
     entries.push_back(std::move(en));
   }
   closedir(d);
-  SLIPWAY_SYS(mount("tmpfs", fd_path(shared->get()).c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC,
-                    "mode=0755,size=64k"),
-              "mount the task's tmpfs on /dev");
-  auto top = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
-  SLIPWAY_TRY(top);
-  UniqueFd dev(openat(top->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dev.valid()) return Status::from_errno("open the task's /dev", errno);
+  auto opened = mount_dev_tmpfs(root_fd, shared->get(), "the task's tmpfs on /dev");
+  SLIPWAY_TRY(opened);
+  UniqueFd dev = std::move(*opened);
   for (auto& en : entries) {
     if (!en.tree.valid()) {
       SLIPWAY_SYS(symlinkat(en.link.c_str(), dev.get(), en.name.c_str()), "symlink /dev/" + en.name);
