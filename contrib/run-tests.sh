@@ -5,8 +5,9 @@
 # runs the Check unit tests (CTest labels unit, userns, gpu), runs each fuzz target for 10 s
 # (tests/fuzz, clang; skipped without it), runs the unit tests again under ASan+UBSan and
 # libtrain's under TSan (tests/sanitizers), builds the Debian packages and runs
-# lintian on each, runs the integration tests on the local Slurm sandbox (tests/cluster), brings
-# the sandbox down, and exits non-zero on any failure.
+# lintian on each, runs the integration tests on the local Slurm sandbox (tests/cluster) on Debian
+# 12's Slurm 22.05 and again on Debian 13's Slurm 24.11 (contrib/release-root), brings the sandbox
+# down, and exits non-zero on any failure.
 # Safe to run twice. Environment: SLIPWAY_BUILD_DIR (default <repo>/build).
 set -uo pipefail
 
@@ -108,6 +109,30 @@ if SLIPWAY_PLUGIN="$build/spank/spank_slipway.so" "$sandbox" up && "$sandbox" im
   count_cluster "$cluster_log"
 else
   echo "sandbox: could not start; see $("$sandbox" logs-dir 2>/dev/null || echo /var/lib/slipway-sandbox/log)"
+  failed=$((failed + 1))
+fi
+"$sandbox" down
+trap - EXIT
+
+# The cluster suite again on Debian 13's Slurm 24.11, PMIx 5 and OpenMPI 5 (contrib/release-root):
+# the plugin and slipway built against them in $build-trixie, the sandbox started with --release
+# trixie, and the tests themselves run in that release's userland, as on a Debian 13 machine.
+# test_packages installs Debian 12's packages and so runs on Debian 12 only.
+step "integration tests on Slurm 24.11 (Debian 13)"
+release_root="$repo/contrib/release-root"
+trixie_build=$build-trixie
+trap 'SLIPWAY_SANDBOX_RELEASE=trixie "$sandbox" down >/dev/null 2>&1' EXIT
+if "$release_root" path trixie >/dev/null &&
+    "$release_root" enter trixie bash -c 'cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+        cmake --build "$2" -j"$(nproc)"' build "$repo" "$trixie_build" &&
+    SLIPWAY_PLUGIN="$trixie_build/spank/spank_slipway.so" "$sandbox" up --release trixie && "$sandbox" images; then
+  mapfile -t trixie_tests < <(ls "$repo"/tests/cluster/test_*.bash | grep -v '/test_packages\.bash$')
+  SLIPWAY_SANDBOX_RELEASE=trixie SLIPWAY_PLUGIN="$trixie_build/spank/spank_slipway.so" \
+    SLIPWAY_BUILD_DIR="$trixie_build" SLIPWAY_REQUIRE_PLUGIN=1 \
+    "$release_root" enter trixie "$repo/tests/cluster/run.bash" "${trixie_tests[@]}" 2>&1 | tee "$cluster_log"
+  count_cluster "$cluster_log"
+else
+  echo "FAIL the Debian 13 build or sandbox (Slurm 24.11) did not come up"
   failed=$((failed + 1))
 fi
 "$sandbox" down
