@@ -7,7 +7,10 @@
 // 2. the root: an overlay of the cached image under a tmpfs upper, so mount points can be created and
 //    writes never reach the cache; then /dev, /proc, /sys, /tmp, the binds, the host files;
 // 3. enter_root(): a child mount namespace for the task, its own binds, then pivot_root(".", ".")
-//    and a lazy unmount of the old root (pivot_root(2), "NOTES").
+//    and a lazy unmount of the old root (pivot_root(2), "NOTES");
+// 4. join_container(): the task's root joins the holder's root in one peer group, so that what a
+//    task mounts in the container every task and attaching step sees, as in pyxis's one namespace
+//    ("Mount propagation" below).
 #include "runtime/container.h"
 
 #include <dirent.h>
@@ -388,6 +391,11 @@ std::string root_of(const LaunchSpec& spec) { return spec.scratch_dir + "/root";
 Status private_dev(int root_fd) {
   auto shared = make_mount_point(root_fd, "/dev", NodeKind::kDirectory);
   SLIPWAY_TRY(shared);
+  // The container's /dev is shared with the holder's (share_container_mounts()): in this task it
+  // leaves that peer group, with everything below it, so neither the tmpfs stacked on it nor the
+  // copies of its entries reach another task.
+  SLIPWAY_SYS(mount(nullptr, fd_path(shared->get()).c_str(), nullptr, MS_REC | MS_PRIVATE, nullptr),
+              "make the task's /dev private");
   UniqueFd old(openat(shared->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!old.valid()) return Status::from_errno("open /dev in container", errno);
   struct Entry {
@@ -438,6 +446,30 @@ Status private_dev(int root_fd) {
   return Status();
 }
 
+// A task's own binds must not propagate: each is attached to a mount that sends nothing to
+// other namespaces. The root is a slave until the binds are made (enter_root()), /dev is private
+// where the task has one of its own (private_dev()), and any other mount a bind lands on (a
+// --container-mounts directory, /tmp) becomes a slave in this task, before the bind is made: it
+// still receives the others' mounts, and sends none of this task's. The mount points themselves
+// are created here.
+Status keep_binds_to_this_task(int root_fd, const std::vector<Bind>& binds) {
+  for (const auto& b : binds) {
+    if (b.detach || (b.optional && access(b.source.c_str(), F_OK) != 0)) continue;
+    struct stat st;
+    NodeKind kind = NodeKind::kDirectory;
+    if (!b.tmpfs) {
+      if (stat(b.source.c_str(), &st) != 0) continue;  // mount_binds() says so
+      if (!S_ISDIR(st.st_mode)) kind = NodeKind::kFile;
+    }
+    SLIPWAY_TRY(make_mount_point(root_fd, b.destination, kind));
+    auto mount_root = open_mount_root(root_fd, b.destination);
+    SLIPWAY_TRY(mount_root);
+    SLIPWAY_SYS(mount(nullptr, fd_path(mount_root->get()).c_str(), nullptr, MS_SLAVE, nullptr),
+                "keep the task's bind at " + b.destination + " to itself");
+  }
+  return Status();
+}
+
 // The task's binds land on the shared overlay, which is read-only: lift that on this task's own
 // copy of the mount just long enough to create the mount points (empty, visible to all tasks;
 // under /dev, the task's own: private_dev()).
@@ -454,7 +486,8 @@ Status make_task_mount_points(int root_fd, const LaunchSpec& spec, const TaskVie
   if (!spec.writable) SLIPWAY_SYS(set_rdonly(false), "make the task's root writable");
   LaunchSpec only_binds;
   only_binds.binds = task.binds;
-  Status st = mount_binds(root_fd, only_binds);
+  Status st = keep_binds_to_this_task(root_fd, task.binds);
+  if (st.ok()) st = mount_binds(root_fd, only_binds);
   if (!spec.writable) SLIPWAY_SYS(set_rdonly(true), "make the task's root read-only again");
   return st;
 }
@@ -541,6 +574,29 @@ Status adopt_container(pid_t instance, const LaunchSpec& spec) {
 
 namespace {
 
+// Mount propagation (mount_namespaces(7)). pyxis's tasks and the steps that attach to its
+// container share one mount namespace, so a mount one of them makes (`mount -t tmpfs none
+// /mymnt` as root inside) every other sees. Here each task has a namespace of its own for its own
+// binds (its GPUs, the PMIx directory), copied from the holder's, and the root of each task joins
+// the holder's root in one peer group: a mount made under the root by any of them then propagates
+// to the holder's namespace, whose copies later tasks and attaching steps start from, and to every
+// running task. What must stay a task's own is attached to mounts that send nothing to the
+// others (keep_binds_to_this_task(), private_dev()), before the root joins.
+// Nothing reaches the node: no mount of the container has a peer outside its namespaces
+// (share_container_mounts()). A task's namespace that goes away takes its own mounts along and
+// unmounts nothing elsewhere; a umount(2) inside propagates, as in pyxis's one namespace.
+// MOVE_MOUNT_SET_GROUP (move_mount(2), Linux 5.15) puts the task's root, a slave since
+// enter_root(), into the peer group of the holder's root; it takes only a private mount, so a
+// mount another task makes between these two calls (microseconds) does not reach this one. Older
+// kernels refuse the flag with EINVAL, as they refuse a holder's root that is not shared: the
+// task's mounts then stay its own.
+Status join_root_peer_group(int holder_root) {
+  SLIPWAY_SYS(mount(nullptr, "/", nullptr, MS_PRIVATE, nullptr), "make the task's root private");
+  const unsigned int flags = MOVE_MOUNT_SET_GROUP | MOVE_MOUNT_F_EMPTY_PATH;
+  if (move_mount(holder_root, "", AT_FDCWD, "/", flags) == 0 || errno == EINVAL) return Status();
+  return Status::from_errno("share the task's mounts with the container", errno);
+}
+
 // Into the built root: the task's binds, pivot_root, chdir.
 Status enter_built_root(const LaunchSpec& spec, const TaskView& task) {
   const std::string root = root_of(spec);
@@ -554,8 +610,15 @@ Status enter_built_root(const LaunchSpec& spec, const TaskView& task) {
 }  // namespace
 
 Status enter_root(const LaunchSpec& spec, const TaskView& task) {
-  // This task's own copy of every mount: what it binds or unmounts now no other task sees.
+  // This task's own copy of every mount, made inside the container's user namespace that owns the
+  // holder's: not "less privileged" (mount_namespaces(7)), so nothing is locked and the shared
+  // mounts stay shared rather than turning slave. Until the task is in its root
+  // (join_container()), the root is a slave of its peer group: the task's binds must not
+  // propagate, and pivot_root(2) refuses a shared mount as put_old (".", the new root itself);
+  // a slave still receives what the other tasks mount meanwhile.
   SLIPWAY_SYS(unshare(CLONE_NEWNS), "unshare the task's mount namespace");
+  SLIPWAY_SYS(mount(nullptr, root_of(spec).c_str(), nullptr, MS_SLAVE, nullptr),
+              "make the task's root a slave");
   return enter_built_root(spec, task);
 }
 
@@ -565,9 +628,22 @@ Status enter_container(const LaunchSpec& spec, const TaskView& task) {
   return enter_built_root(spec, task);
 }
 
+Status share_container_mounts(const LaunchSpec& spec) {
+  // MS_SHARED gives every mount of the container a new peer group of its own: none has a peer
+  // or a master outside this namespace, whose other mounts stay private
+  // (new_user_and_mount_namespace()).
+  SLIPWAY_SYS(mount(nullptr, root_of(spec).c_str(), nullptr, MS_REC | MS_SHARED, nullptr),
+              "share the container's mounts with its tasks");
+  return Status();
+}
+
 Status join_container(const ContainerHolder& holder, const LaunchSpec& spec, const TaskView& task) {
   SLIPWAY_TRY(enter_holder_namespaces(holder));
-  return enter_root(spec, task);
+  // The container's root as the holder's namespace has it, kept past unshare(2).
+  UniqueFd holder_root(open(root_of(spec).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!holder_root.valid()) return Status::from_errno("open the container's root", errno);
+  SLIPWAY_TRY(enter_root(spec, task));
+  return join_root_peer_group(holder_root.get());
 }
 
 bool is_inside_root(int root_fd, const std::string& path) {

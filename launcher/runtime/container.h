@@ -6,8 +6,12 @@
 //                      overlay of the image) without entering it: the "staging" namespace;
 //   start_holder()     forks a small holder process that does build_container() and then waits,
 //                      keeping the namespaces alive for the step's tasks;
-//   join_container()   a task setns()es into the holder's namespaces, then enter_root();
-//   enter_root()       a private child mount namespace with the task's own binds, pivot_root, chdir;
+//   share_container_mounts()  the holder makes the container's mounts shared, so that
+//                      what a task mounts inside reaches the holder and every task (container.cc,
+//                      "Mount propagation");
+//   join_container()   a task setns()es into the holder's namespaces, then enter_root(), then its
+//                      root joins the holder's root in one peer group;
+//   enter_root()       a child mount namespace with the task's own binds, pivot_root, chdir;
 //   enter_container()  build_container() and into the root in one process (no holder), for a
 //                      container with a single task: its namespace needs no private child.
 // A container can be shared by steps (pyxis's named containers, attached with srun --overlap):
@@ -44,6 +48,8 @@ Status join_namespaces(pid_t holder, const LaunchSpec& spec);
 // Like build_container(), but the root is the overlay of the running holder INSTANCE.
 Status adopt_container(pid_t instance, const LaunchSpec& spec);
 Status enter_root(const LaunchSpec& spec, const TaskView& task);
+// In the holder, once build_container() or adopt_container() is done.
+Status share_container_mounts(const LaunchSpec& spec);
 Status enter_container(const LaunchSpec& spec, const TaskView& task);
 inline Status enter_container(const LaunchSpec& spec) {
   return enter_container(spec, TaskView{{}, spec.workdir});

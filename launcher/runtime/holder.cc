@@ -62,6 +62,8 @@ int run_holder(const LaunchSpec& spec, int report_fd, const HolderOptions& optio
     st = options.join > 0    ? join_namespaces(options.join, spec)
          : options.adopt > 0 ? adopt_container(options.adopt, spec)
                              : build_container(spec);
+    // A holder that joined another one is in its namespace, whose mounts are shared already.
+    if (st.ok() && options.join <= 0) st = share_container_mounts(spec);
   }
   const std::string msg = st.ok() ? "ready " + std::to_string(getpid()) : st.message();
   (void)!write(3, msg.data(), msg.size());

@@ -116,6 +116,33 @@ Result<UniqueFd> make_mount_point(int root_fd, const std::string& path, NodeKind
   return Status::error("unreachable", EINVAL);
 }
 
+// statx(2) says whether FD is the root of a mount (STATX_ATTR_MOUNT_ROOT, Linux 5.8); the walk up
+// with ".." stays inside one mount until it reaches that mount's root, so it ends there.
+Result<UniqueFd> open_mount_root(int root_fd, const std::string& path) {
+  const size_t start = path.find_first_not_of('/');
+  const std::string rel = start == std::string::npos ? "." : path.substr(start);
+  UniqueFd cur(openat2_in_root(root_fd, rel, O_PATH));
+  if (!cur.valid()) return Status::from_errno("open '" + path + "' in container", errno);
+  for (int depth = 0; depth < 4096; ++depth) {
+    struct statx stx = {};
+    if (statx(cur.get(), "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_TYPE, &stx) != 0)
+      return Status::from_errno("statx '" + path + "' in container", errno);
+    if (!(stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
+      return Status::error("this kernel does not say which directory is a mount's root (statx "
+                           "STATX_ATTR_MOUNT_ROOT, Linux >= 5.8)", ENOSYS);
+    if (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT) return cur;
+    // A file that is not a mount root lies on the mount of its directory: go there by path, since
+    // ".." of a file descriptor needs a directory.
+    const size_t slash = rel.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : rel.substr(0, slash);
+    cur.reset(S_ISDIR(stx.stx_mode) || depth > 0
+                  ? openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC)
+                  : openat2_in_root(root_fd, dir, O_PATH | O_DIRECTORY));
+    if (!cur.valid()) return Status::from_errno("open the directory above '" + path + "'", errno);
+  }
+  return Status::error("no mount root above '" + path + "' in container", ELOOP);
+}
+
 Status write_file_in_root(int root_fd, const std::string& path, const std::string& data) {
   const size_t slash = path.rfind('/');
   const std::string dir = path.substr(0, slash), name = path.substr(slash + 1);

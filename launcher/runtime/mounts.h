@@ -33,6 +33,11 @@ Status bind_onto(const std::string& source, int target_fd, BindFlags flags, cons
 // root), replacing a regular file there; nothing when PATH's directory does not exist.
 Status write_file_in_root(int root_fd, const std::string& path, const std::string& data);
 
+// The root of the mount that a new mount at PATH (below `root_fd`, resolved as make_mount_point()
+// does) would be attached to: PATH itself when it is a mount's root (the topmost there), else the
+// nearest directory above it that is one. Opened O_PATH; PATH must exist.
+Result<UniqueFd> open_mount_root(int root_fd, const std::string& path);
+
 // "/proc/self/fd/N": the path that names exactly the inode behind fd N (mount(2) follows it).
 std::string fd_path(int fd);
 

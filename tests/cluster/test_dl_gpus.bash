@@ -143,6 +143,30 @@ test_dl_gpus_splits_by_local_rank_and_none_turns_off() {
     assert_output_contains "--dl-gpus=1: 3 tasks need 3 GPUs, but there are 2 in the step's GPUs on node1"
 }
 
+# Mounts made in a running container reach the steps attached to it (test_opt_name.bash), but
+# each task's GPUs stay its own: the two tasks of a named container see one GPU each, and a step
+# that attaches meanwhile sees neither (nor an empty mount point left by them).
+test_attaching_step_sees_no_other_tasks_gpus() {
+    local script w='w() { i=0; while [ ! -e "$1" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }'
+    local show='$(ls /dev | grep -x "nvidia[0-9]*" | tr "\n" " ")'
+    script=$(job_user_home)/gpu-attach-$$.sh
+    cat >"$script" <<EOS
+#!/bin/sh
+srun -K -n2 --container-image=$PLAIN_IMG --container-name=gpus --dl-gpus=1 sh -c '$w
+    w /done; echo "task \$SLURM_LOCALID $show"' &
+sleep 2
+srun --overlap -K -n1 --container-name=gpus sh -c 'echo "attached $show"; touch /done'
+wait
+EOS
+    chown slwuser "$script"
+    run_job salloc -N1 -n2 -w node1 --time=2 sh "$script"
+    rm -f "$script"
+    assert_success
+    assert_equal "attached 
+task 0 nvidia0 
+task 1 nvidia1 " "$(grep -E '^(attached|task [01])' <<<"$output" | sort)"
+}
+
 test_sbatch_and_salloc() {
     local script
     script=$(job_user_home)/gpu-batch-$$.sh

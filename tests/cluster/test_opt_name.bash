@@ -4,8 +4,9 @@
 # joins the running container (srun --overlap) or starts it; exec joins a running one and fails
 # without one; no_exec starts a new instance of the same root; create fails if NAME exists; an
 # unnamed container is reachable as <jobid>.<stepid>; many steps share one name at once; separate
-# names, the default writability of a named container, scope=global across jobs. (Persistence
-# across steps and the epilog's clean-up: test_lifecycle.bash.)
+# names, the default writability of a named container, scope=global across jobs; mounts made in a
+# running container reach the steps attached to it, while each step's own binds stay its own.
+# (Persistence across steps and the epilog's clean-up: test_lifecycle.bash.)
 
 setup_file() {
     require_sandbox
@@ -180,6 +181,94 @@ test_global_scope_outlives_the_job() {
     assert_output_matches '^[0-9]+$'
     [[ -d $cache/containers/global/global-$$ ]] || fail "no $cache/containers/global/global-$$"
     rm -rf "$cache/containers/global/global-$$" "$cache/containers/global/global-$$".{lock,run}
+}
+
+# name_script NAME: a path for a job script in the job user's home (salloc and sbatch read it on
+# the host), removed by the caller.
+name_script() { echo "$(job_user_home)/slipway-test${SLIPWAY_SANDBOX_INSTANCE:-0}-name-$1-$$.sh"; }
+
+# Inside the container: w FILE waits up to 10 s for FILE (another step's or task's signal).
+readonly WAIT_FOR='w() { i=0; while [ ! -e "$1" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }'
+
+# pyxis (its "attach to running container" test): a task of a running named container mounts a
+# tmpfs at /mymnt, and `srun --overlap --container-name=NAME findmnt /mymnt` finds it, since
+# pyxis's steps join the container's mount namespace. Here: the task's sibling sees it at once,
+# the attaching step sees the mount and its file, a mount the attaching step makes reaches the
+# running tasks, and a new instance (:no_exec) sees none of it (pyxis's no_exec test).
+test_attaching_step_sees_the_mounts_the_containers_tasks_made() {
+    local script
+    script=$(name_script mymnt)
+    cat >"$script" <<EOS
+#!/bin/sh
+srun -K -n1 --container-image=$BUSYBOX --container-name=mnt mkdir /mymnt /back || exit 1
+srun -K -n2 --container-name=mnt --container-remap-root sh -c '$WAIT_FOR
+    if [ "\$SLURM_LOCALID" = 0 ]; then
+        mount -t tmpfs none /mymnt && echo made >/mymnt/f && touch /ready
+    else
+        w /ready; echo "sibling \$(cat /mymnt/f 2>&1)"
+    fi
+    w /ready2; echo "task \$SLURM_LOCALID back \$(cat /back/f 2>&1)"' &
+sleep 2
+srun --overlap -K -n1 --container-name=mnt --container-remap-root sh -c '$WAIT_FOR
+    w /ready; echo "attached \$(cat /mymnt/f 2>&1) \$(grep -c " /mymnt " /proc/self/mountinfo)"
+    mount -t tmpfs none /back && echo back >/back/f && touch /ready2'
+srun --overlap -K -n1 --container-name=mnt:no_exec --container-remap-root \
+    sh -c 'echo "instance \$(ls /mymnt | wc -l) \$(grep -c " /mymnt " /proc/self/mountinfo)"'
+wait
+EOS
+    chown slwuser "$script"
+    run_job salloc -N1 -n2 --time=2 sh "$script"
+    rm -f "$script"
+    assert_success
+    assert_output_contains "sibling made"
+    assert_output_contains "attached made 1"
+    assert_equal 2 "$(grep -Ec '^task [01] back back$' <<<"$output")" "running tasks that saw the attaching step's mount"
+    assert_output_contains "instance 0 0"
+}
+
+test_sbatch_attaching_step_sees_the_mounts_the_containers_tasks_made() {
+    local script
+    script=$(name_script bmymnt)
+    cat >"$script" <<EOS
+#!/bin/sh
+#SBATCH --container-image=$BUSYBOX
+#SBATCH --container-name=bmnt
+#SBATCH --container-remap-root
+#SBATCH -N1 --time=2
+srun -K sh -c 'mkdir -p /mymnt && mount -t tmpfs none /mymnt && echo made >/mymnt/f && touch /ready; sleep 4' &
+sleep 1
+srun --overlap -K sh -c '$WAIT_FOR
+    w /ready; echo "attached \$(cat /mymnt/f 2>&1)"'
+wait
+EOS
+    chown slwuser "$script"
+    run_batch "$script"
+    rm -f "$script"
+    assert_success
+    assert_output_contains "attached made"
+}
+
+# While mounts are shared, each step's own binds stay its own: the PMIx server's directory of the
+# running step (both tasks) and of an attaching step is each mounted once, in its own step only.
+test_each_steps_pmix_directory_stays_its_own() {
+    local script
+    script=$(name_script pmix)
+    local show='echo "$SLURM_STEP_ID [$(cut -d" " -f5 /proc/self/mountinfo | grep pmix | tr "\n" " ")] [$PMIX_SERVER_TMPDIR]"'
+    cat >"$script" <<EOS
+#!/bin/sh
+srun --mpi=pmix -K -n2 --container-image=$BUSYBOX --container-name=pmx sh -c '$WAIT_FOR
+    w /done; $show' &
+sleep 2
+srun --mpi=pmix --overlap -K -n1 --container-name=pmx sh -c '$show; touch /done'
+wait
+EOS
+    chown slwuser "$script"
+    run_job salloc -N1 -n2 --time=2 sh "$script"
+    rm -f "$script"
+    assert_success
+    # "STEP [DIR ] [DIR/]": the one PMIx mount is the step's own directory.
+    assert_equal 3 "$(grep -Ec '^[0-9]+ \[([^ ]+pmix[^ ]+) \] \[\1/\]$' <<<"$output")" "tasks that see only their own step's PMIx directory"
+    assert_equal 2 "$(grep -E '^[0-9]+ \[' <<<"$output" | cut -d' ' -f1 | sort -u | wc -l)" "steps"
 }
 
 # pyxis leaves a running container's mounts as they are and says so: "ignoring --container-mounts

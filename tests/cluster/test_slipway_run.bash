@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright The Slipway authors
 # `slipway run` (issue 4): the plugin's container with no admin install, standalone and as the
-# tasks of an srun, where the tasks of a node share one container and nothing outlives the step;
+# tasks of an srun, where the tasks of a node share one container (and the mounts made in it) and
+# nothing outlives the step;
 # --container-entrypoint runs once per node and --container-save saves on the first node, as
 # with the plugin.
 
@@ -44,6 +45,18 @@ test_tasks_of_a_node_share_one_container_under_srun() {
 
 # The tasks of a node resolve the tag once per step (the first pins the digest for the others):
 # one manifest request per node, not one per task.
+# As with the plugin (and pyxis's one namespace), a mount one task makes in the container its
+# sibling sees (test_opt_name.bash has the plugin's cases).
+test_a_mount_one_task_makes_its_sibling_sees() {
+    run_job srun -N1 -n2 -K ./slipway run --container-image="$BUSYBOX" --container-remap-root \
+        --container-writable -- sh -c '
+            if [ "$SLURM_LOCALID" = 0 ]; then mkdir /mymnt && mount -t tmpfs none /mymnt && echo made >/mymnt/f; fi
+            i=0; while [ ! -e /mymnt/f ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+            echo "task $SLURM_LOCALID $(cat /mymnt/f 2>&1)"'
+    assert_success
+    assert_equal 2 "$(grep -Ec '^task [01] made$' <<<"$output")" "tasks that see the tmpfs"
+}
+
 test_tasks_of_a_node_resolve_the_tag_once() {
     local log=$SANDBOX_DIR/log/registry-access.log mark
     mark=$(wc -l <"$log")

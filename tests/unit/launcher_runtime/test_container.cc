@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <grp.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -258,6 +259,72 @@ START_TEST(tasks_share_one_container_with_private_views) {
 }
 END_TEST
 
+// Polls up to 10 s for PATH to exist (another task's step).
+bool wait_for(const std::string& path) {
+  for (int i = 0; i < 200; ++i, usleep(50 * 1000))
+    if (access(path.c_str(), F_OK) == 0) return true;
+  return false;
+}
+
+// Whether this process's mount namespace has a mount at PATH (/proc/self/mountinfo, field 5).
+bool has_mount_at(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    size_t at = 0;
+    for (int field = 0; field < 4 && at != std::string::npos; ++field) at = line.find(' ', at + 1);
+    if (at != std::string::npos && line.compare(at + 1, path.size() + 1, path + " ") == 0)
+      return true;
+  }
+  return false;
+}
+
+// As in pyxis's one namespace: a mount one task makes inside (here with the capabilities a task
+// has in the container's user namespace before its exec) reaches a task already running and one
+// that joins after it has exited; each task's own binds reach no other task.
+START_TEST(mounts_made_in_a_task_reach_every_task_but_its_binds_do_not) {
+  for (const char* d : {"/rootfs/shared", "/one", "/two"}) {
+    ck_assert_int_eq(mkdir((g_base + d).c_str(), 0755), 0);
+    if (getuid() == 0) ck_assert_int_eq(lchown((g_base + d).c_str(), kUser, kUser), 0);
+  }
+  if (getuid() == 0) ck_assert_int_eq(seteuid(kUser), 0);
+  LaunchSpec spec = spec_for_user();  // with a bind at /data/work, shared as the root is
+  auto holder = slipway::launcher::start_holder(spec);
+  ck_assert_msg(holder.ok(), "%s", holder.ok() ? "" : holder.status().message().c_str());
+  using slipway::launcher::TaskView;
+  // Task one's binds: one on the root, one on the container's bind (which it keeps to itself).
+  const TaskView one{{{.source = g_base + "/one", .destination = "/task-one"},
+                      {.source = g_base + "/one", .destination = "/data/work/inner"}},
+                     "/"};
+  const TaskView two{{{.source = g_base + "/two", .destination = "/task-two"}}, "/"};
+  // Task two runs first and waits; task one mounts a tmpfs with a file at /shared meanwhile.
+  pid_t t2 = spawn_task(*holder, spec, two, [&] {
+    std::ofstream("/task-two/ready").close();
+    if (!wait_for("/task-two/go")) return 1;
+    if (access("/shared/made-by-one", F_OK) != 0) return 2;  // propagated into a running task
+    if (has_mount_at("/task-one") || has_mount_at("/data/work/inner")) return 3;
+    return has_mount_at("/task-two") ? 0 : 4;
+  });
+  ck_assert(wait_for(g_base + "/two/ready"));
+  pid_t t1 = spawn_task(*holder, spec, one, [&] {
+    if (mount("none", "/shared", "tmpfs", 0, nullptr) != 0) return 10;
+    std::ofstream("/shared/made-by-one").close();
+    return has_mount_at("/task-two") ? 11 : 0;
+  });
+  ck_assert_int_eq(reap(t1), 0);
+  write_file(g_base + "/two/go", "");
+  ck_assert_int_eq(reap(t2), 0);
+  // A task that joins once both have exited: the mount is the container's now, the binds are gone.
+  pid_t t3 = spawn_task(*holder, spec, TaskView{{}, "/"}, [&] {
+    if (access("/shared/made-by-one", F_OK) != 0) return 20;
+    if (has_mount_at("/task-one") || has_mount_at("/task-two") || has_mount_at("/data/work/inner"))
+      return 21;
+    return has_mount_at("/shared") ? 0 : 22;
+  });
+  ck_assert_int_eq(reap(t3), 0);
+  holder->stop();
+}
+END_TEST
+
 START_TEST(holder_reports_build_errors) {
   if (getuid() == 0) ck_assert_int_eq(seteuid(kUser), 0);
   LaunchSpec spec = spec_for_user();
@@ -457,6 +524,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, remap_root_maps_the_user_to_zero);
   tcase_add_test(tc, missing_workdir_is_a_clear_error);
   tcase_add_test(tc, tasks_share_one_container_with_private_views);
+  tcase_add_test(tc, mounts_made_in_a_task_reach_every_task_but_its_binds_do_not);
   tcase_add_test(tc, holder_reports_build_errors);
   tcase_add_test(tc, squashfs_image_is_mounted_with_the_users_files);
   tcase_add_test(tc, corrupt_squashfs_is_one_line_and_leaves_nothing);
