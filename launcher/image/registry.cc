@@ -297,7 +297,10 @@ Result<HttpResponse> RegistryClient::get(const std::string& path,
     bool can_retry = attempt < opts_.max_retries;
     if (!resp.ok()) {
       if (kind == TransportError::kNone) return resp.status();  // the sink failed: not transport
-      if (kind == TransportError::kTimeout && remaining_ms() == 0) return deadline_passed(path);
+      // curl's clock and ours differ by a few ms: a timeout with under a second left is the
+      // deadline's (and a retry in that second would be cut too).
+      if (kind == TransportError::kTimeout && remaining_ms() >= 0 && remaining_ms() < 1000)
+        return deadline_passed(path);
       if (kind == TransportError::kTimeout && can_retry) {
         std::this_thread::sleep_for(backoff(attempt, ""));
         continue;
