@@ -69,12 +69,13 @@ constexpr std::array kConfigKeys = {
                 c.registry_min_rate = r.min_rate_bytes;
                 return Status();
               }},
-    ConfigKey{"registry_timeout", "abandon (then retry) a registry transfer lasting longer than "
-                                  "this many seconds (default 0: no deadline)",
+    ConfigKey{"registry_timeout", "seconds an import may spend on the registry, its lock wait "
+                                  "included (default auto: 60 s + the declared size at "
+                                  "registry_min_rate, at most 3600; 0: no deadline)",
               [](PluginConfig& c, std::string_view v) {
                 launcher::RegistryOptions r;
                 SLIPWAY_TRY(launcher::parse_registry_limit(r, "registry_timeout", v));
-                c.registry_timeout_s = r.transfer_timeout_s;
+                c.registry_timeout_s = r.timeout_s;
                 return Status();
               }},
     ConfigKey{"max_image_size", "largest unpacked image imported, e.g. 64G (the default)",

@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -259,6 +260,43 @@ Result<FileLock> FileLock::acquire(const std::string& path, Mode mode, bool wait
     if (errno == EINTR) continue;
     return Status::from_errno("lock " + path, errno);
   }
+}
+
+// /proc/locks (proc(5)) lists each lock as "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF", the
+// device as major:minor in hex; a waiter's line has "->" after the number.
+std::string lock_holders(const std::string& path) {
+  struct stat st;
+  auto locks = read_file_limited("/proc/locks", 4 << 20);
+  if (::stat(path.c_str(), &st) == -1 || !locks.ok()) return "another process";
+  char dev[64];
+  std::snprintf(dev, sizeof dev, "%02x:%02x:%lu", major(st.st_dev), minor(st.st_dev),
+                static_cast<unsigned long>(st.st_ino));
+  std::string out;
+  size_t start = 0;
+  while (start < locks->size()) {
+    size_t end = locks->find('\n', start);
+    if (end == std::string::npos) end = locks->size();
+    char kind[16] = {}, arrow[4] = {};
+    long pid = 0;
+    char where[64] = {};
+    const std::string line = locks->substr(start, end - start);
+    start = end + 1;
+    // "N: FLOCK ADVISORY WRITE PID DEV ..." (holders) or "N: -> FLOCK ..." (waiters): skip waiters.
+    if (std::sscanf(line.c_str(), "%*d: %3s", arrow) == 1 && std::string(arrow) == "->") continue;
+    if (std::sscanf(line.c_str(), "%*d: %15s %*s %*s %ld %63s", kind, &pid, where) != 3 ||
+        std::string(kind) != "FLOCK" || where != std::string(dev) || pid <= 0)
+      continue;
+    std::string who = "pid " + std::to_string(pid);
+    auto comm = read_file_limited("/proc/" + std::to_string(pid) + "/comm", 64);
+    struct stat ps;
+    std::string detail;
+    if (comm.ok() && !comm->empty()) detail = comm->substr(0, comm->find('\n'));
+    if (::stat(("/proc/" + std::to_string(pid)).c_str(), &ps) == 0)
+      detail += (detail.empty() ? "uid " : ", uid ") + std::to_string(ps.st_uid);
+    if (!detail.empty()) who += " (" + detail + ")";
+    if (out.find(who) == std::string::npos) out += (out.empty() ? "" : ", ") + who;
+  }
+  return out.empty() ? "another process" : out;
 }
 
 void FileLock::keep_across_exec() const {

@@ -109,6 +109,11 @@ class FileLock {
   UniqueFd fd_;
 };
 
+// Who holds a flock on PATH now, as /proc/locks and /proc/PID say it: "pid 1234 (slipway, uid
+// 1000)", several joined by ", "; "another process" when nothing tells (a holder in another PID
+// namespace, a lock released meanwhile).
+std::string lock_holders(const std::string& path);
+
 // Importers hold this (a shared flock on locks/blobs.lock) from before their first blob lands
 // until their image is published; the blob sweep of `gc` and `rm` takes it exclusively without
 // waiting and is skipped while anyone imports, so it never deletes a blob that an import has just

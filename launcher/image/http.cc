@@ -192,7 +192,10 @@ Result<HttpResponse> HttpClient::perform(const HttpRequest& req, const BodySink*
     C().easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, impl_->opts.min_rate_bytes);
     C().easy_setopt(c, CURLOPT_LOW_SPEED_TIME, impl_->opts.low_speed_time_s);
   }
-  C().easy_setopt(c, CURLOPT_TIMEOUT, impl_->opts.transfer_timeout_s);
+  if (req.timeout_ms >= 0)
+    C().easy_setopt(c, CURLOPT_TIMEOUT_MS, req.timeout_ms);
+  else
+    C().easy_setopt(c, CURLOPT_TIMEOUT, impl_->opts.transfer_timeout_s);
   C().easy_setopt(c, CURLOPT_USERAGENT, "slipway/0.1");
   C().easy_setopt(c, CURLOPT_ERRORBUFFER, impl_->errbuf);
   C().easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);

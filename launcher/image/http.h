@@ -33,6 +33,9 @@ struct HttpRequest {
   // seconds, counted from its start, a stall mid-body included; it also caps the connect timeout.
   // 0: never. Fails as TransportError::kTimeout, "nothing received for N s".
   long silence_timeout_s = 0;
+  // Abandon the request once it has lasted this many milliseconds (TransportError::kTimeout);
+  // -1: HttpOptions.transfer_timeout_s.
+  long timeout_ms = -1;
 };
 
 struct HttpResponse {

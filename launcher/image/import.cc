@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "image/digest.h"
@@ -65,7 +67,7 @@ Result<ImportedImage> build_image(const NodeCache& cache, RegistryClient& client
   LayerFetch fetch = [&](size_t i, size_t worker) {
     const Descriptor& d = plan.manifest.layers[i];
     RegistryClient& c = *clients[worker];
-    const BlobWait wait{opts.registry.transfer_timeout_s,
+    const BlobWait wait{c.deadline(), c.deadline_bound(),
                         static_cast<uint64_t>(opts.registry.min_rate_bytes),
                         opts.registry.min_rate_window_s};
     return with_fix(ensure_blob(cache, d,
@@ -74,6 +76,44 @@ Result<ImportedImage> build_image(const NodeCache& cache, RegistryClient& client
                     cache);
   };
   return build_and_publish(cache, plan, fetch, clients.size(), opts, progress);
+}
+
+// The import's registry deadline on CLIENT: from START, for the size manifest BODY declares
+// (config and layers). A manifest that does not parse keeps the client's own (its errors come later).
+void set_import_deadline(RegistryClient& client, const RegistryOptions& opts,
+                         std::chrono::steady_clock::time_point start, const std::string& body) {
+  auto m = parse_manifest(body);
+  if (!m.ok()) return;
+  uint64_t declared = m->config.size;
+  for (const Descriptor& d : m->layers) declared += d.size;
+  const long secs = import_deadline_s(opts, declared);
+  if (secs > 0)
+    client.set_deadline(start + std::chrono::seconds(secs), import_deadline_text(opts, declared));
+}
+
+// The image lock of PATH, for IMAGE (as the user wrote it), waited for until CLIENT's deadline:
+// past it, one line naming the image and who holds the lock. Nothing is made meanwhile.
+Result<FileLock> wait_for_image_lock(const std::string& path, const std::string& image,
+                                     const RegistryClient& client) {
+  using Clock = std::chrono::steady_clock;
+  if (client.deadline() == Clock::time_point::max())
+    return FileLock::acquire(path, FileLock::Mode::kExclusive);
+  const auto start = Clock::now();
+  for (;;) {
+    auto lock = FileLock::acquire(path, FileLock::Mode::kExclusive, /*wait=*/false);
+    if (lock.ok() || lock.status().error_number() != EWOULDBLOCK) return lock;
+    const auto now = Clock::now();
+    if (now >= client.deadline()) {
+      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+      return Status::error("gave up after " + std::to_string(waited) + " s waiting for image '" +
+                               image + "', which " + lock_holders(path) +
+                               " is importing on this node (" + client.deadline_bound() +
+                               "); retry when that import ends, or end it",
+                           ETIMEDOUT);
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(250),
+                                                          client.deadline() - now));
+  }
 }
 
 }  // namespace
@@ -116,6 +156,7 @@ Result<ImportedImage> find_cached_image(const NodeCache& cache, std::string_view
 Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opts) {
   if (ref.kind == ImageRef::Kind::kDaemon) return import_daemon_image(ref, opts);
   if (ref.kind != ImageRef::Kind::kRegistry) return import_local_image(ref, opts);
+  const auto start = std::chrono::steady_clock::now();  // the registry deadline counts from here
   NodeCache cache(opts.cache_dir);
   // Pinned and cached: no registry client (CA bundle, curl), and nothing to create.
   if (!ref.digest.empty() && cache.is_trusted())
@@ -135,8 +176,12 @@ Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opt
     fm = handed_off(opts.manifest, key);
   }
   if (auto img = cached_and_touched(cache, key); img.ok()) return img;
+  if (fm) set_import_deadline(client, opts.registry, start, fm->body);
   const std::string lock_key = digest_hex(key);
-  auto lock = FileLock::acquire(cache.lock_path(lock_key), FileLock::Mode::kExclusive);
+  // Another import of this image on the node holds its lock: wait for it, up to our deadline.
+  ImageRef shown = ref;  // as the user wrote it: the tag, not the digest srun pinned
+  if (!shown.tag.empty()) shown.digest.clear();
+  auto lock = wait_for_image_lock(cache.lock_path(lock_key), shown.str(), client);
   SLIPWAY_TRY(lock);
   auto blobs = hold_blobs(cache);  // no gc or rm sweeps our blobs before we publish
   SLIPWAY_TRY(blobs);
@@ -148,6 +193,7 @@ Result<ImportedImage> import_image(const ImageRef& ref, const ImportOptions& opt
     fm = std::move(*m);
     if (fm->digest != key)  // REF.digest named an index: the image is its linux/amd64 entry
       if (auto img = cached_and_touched(cache, fm->digest); img.ok()) return img;
+    set_import_deadline(client, opts.registry, start, fm->body);
   }
   // A cold pull-through mirror fetches a blob from the registry once per node that asks before it
   // holds it (docker-registry, Harbor): have it store each once, first (registry.h warm_mirror),

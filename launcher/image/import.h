@@ -25,9 +25,9 @@ namespace slipway::launcher {
 struct ImportBounds {
   uint64_t max_image_bytes = 64ull << 30;  // all layers of an image, unpacked
   // One layer may unpack to this many times its compressed size, counted from 16 MiB up (a small
-  // layer may always unpack to 320 MiB). 20: real layers measure 2-4:1 (the torch image's and
-  // CUDA's shared libraries), while gzip reaches 1030:1 on zeros: a 20 MB bomb stops after
-  // 400 MB of writes. 0: no bound.
+  // layer may always unpack to 320 MiB). 20: real layers measure 1.5-3.7:1 (the torch images'
+  // 2.7-3.6, CUDA 13.0's libraries 1.5; docs/security.md), while gzip reaches 1030:1 on zeros:
+  // a 20 MB bomb stops after 400 MB of writes. 0: no bound.
   double max_layer_ratio = 20;
   // Kept free on the cache's filesystem during an import (downloads and unpack): an import that
   // would leave less fails, so a registry or an image cannot fill a node's disk. 0: none.

@@ -228,13 +228,14 @@ uint64_t tmp_bytes(const NodeCache& cache, const std::string& key) {
   return total;
 }
 
+using Clock = std::chrono::steady_clock;
+
 // The blob lock KEY, waiting while its holder's download keeps within WAIT.
 Result<FileLock> wait_for_blob_lock(const NodeCache& cache, const Descriptor& d,
                                     const std::string& key, const BlobWait& wait) {
   const std::string path = cache.lock_path(key);
-  if (wait.deadline_s <= 0 && wait.min_rate == 0)
+  if (wait.deadline == Clock::time_point::max() && wait.min_rate == 0)
     return FileLock::acquire(path, FileLock::Mode::kExclusive);
-  using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto window_start = start;
   uint64_t window_bytes = tmp_bytes(cache, key);
@@ -245,10 +246,9 @@ Result<FileLock> wait_for_blob_lock(const NodeCache& cache, const Descriptor& d,
     const auto now = Clock::now();
     const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
     const std::string what = "blob " + d.digest + ", which another import on this node is fetching";
-    if (wait.deadline_s > 0 && waited >= wait.deadline_s)
+    if (now >= wait.deadline)
       return Status::error("gave up waiting " + std::to_string(waited) + " s for " + what +
-                               " (registry_timeout=" + std::to_string(wait.deadline_s) +
-                               ", SLIPWAY_REGISTRY_TIMEOUT); retry later",
+                               " (" + wait.bound + "); retry later",
                            ETIMEDOUT);
     if (wait.min_rate == 0 || now - window_start < std::chrono::seconds(wait.min_rate_window_s))
       continue;

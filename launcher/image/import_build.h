@@ -6,6 +6,7 @@
 // unpack them in order into a private tmp/ directory and publish it with one rename(2).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -37,7 +38,9 @@ using BlobFill = std::function<Status(int fd)>;
 // How long an importer waits for a blob another importer is fetching: the waiter's own registry
 // limits applied to the other's download (its file in tmp/). 0: no bound of that kind.
 struct BlobWait {
-  long deadline_s = 0;       // registry_timeout=: the whole wait
+  // The import's deadline (RegistryClient::deadline(); max: none) and how it came about.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::string bound;
   uint64_t min_rate = 0;     // registry_min_rate=: the other's file grows at least this much ...
   long min_rate_window_s = 30;  // ... every this many seconds
 };

@@ -70,6 +70,12 @@ std::string ratio_text(double r) {
 
 }  // namespace
 
+uint64_t layer_unpack_allowance(uint64_t compressed, double max_ratio) {
+  if (max_ratio <= 0) return UINT64_MAX;
+  const double allowed = max_ratio * static_cast<double>(std::max(compressed, kRatioFloor));
+  return allowed >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(allowed);
+}
+
 std::string bound_text(std::string_view key, std::string_view value) {
   std::string var = "SLIPWAY_";
   for (char c : key) var += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -127,16 +133,13 @@ Status LayerWriter::charge(uint64_t n) {
                              "); it is too large or a "
                              "decompression bomb",
                          EFBIG);
-  if (budget_.max_ratio > 0) {
-    double allowed = budget_.max_ratio *
-                     static_cast<double>(std::max<uint64_t>(budget_.layer_compressed, kRatioFloor));
-    if (static_cast<double>(budget_.layer_used) > allowed)
-      return Status::error("the layer's " + human_bytes(budget_.layer_compressed) +
-                               " unpack to more than " + human_bytes(static_cast<uint64_t>(allowed)) +
-                               " (" + bound_text("max_layer_ratio", ratio_text(budget_.max_ratio)) +
-                               "): a decompression bomb, or raise the bound",
-                           EFBIG);
-  }
+  if (const uint64_t allowed = layer_unpack_allowance(budget_.layer_compressed, budget_.max_ratio);
+      budget_.layer_used > allowed)
+    return Status::error("the layer's " + human_bytes(budget_.layer_compressed) +
+                             " unpack to more than " + human_bytes(allowed) + " (" +
+                             bound_text("max_layer_ratio", ratio_text(budget_.max_ratio)) +
+                             "): a decompression bomb, or raise the bound",
+                         EFBIG);
   if (budget_.min_free_bytes && budget_.used - budget_.free_checked_at >= kFreeCheckEvery)
     return check_free_space(rootfd_, budget_);
   return Status();

@@ -17,11 +17,16 @@ namespace slipway::launcher {
 // SLIPWAY_MAX_IMAGE_SIZE" (the plugin's key, then slipway's variable).
 std::string bound_text(std::string_view key, std::string_view value);
 
+// The most a layer of COMPRESSED bytes may unpack to under max_layer_ratio=MAX_RATIO (file data
+// plus 512 bytes per entry, as UnpackBudget counts): MAX_RATIO times COMPRESSED, counted from
+// 16 MiB up; UINT64_MAX for MAX_RATIO 0 (no bound).
+uint64_t layer_unpack_allowance(uint64_t compressed, double max_ratio);
+
 // Shared by the layers of one image: the bounds a site sets (ImportOptions), and what they count.
 struct UnpackBudget {
   uint64_t max_bytes = 64ull << 30;  // all layers together (max_image_size=)
   double max_ratio = 0;              // one layer: at most this many times its compressed size,
-                                     // counted from 1 MiB up (max_layer_ratio=); 0: no bound
+                                     // counted from 16 MiB up (max_layer_ratio=); 0: no bound
   uint64_t min_free_bytes = 0;       // keep this much free on the target's filesystem, checked
                                      // before each layer and every 64 MiB (min_free_space=)
   uint64_t used = 0;  // file data plus 512 bytes per entry (metadata bombs count too)

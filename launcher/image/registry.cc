@@ -68,8 +68,52 @@ RegistryClient::RegistryClient(ImageRef ref, RegistryOptions opts)
   h.connect_timeout_s = opts_.connect_timeout_s;
   h.min_rate_bytes = opts_.min_rate_bytes;
   h.low_speed_time_s = opts_.min_rate_window_s;
-  h.transfer_timeout_s = opts_.transfer_timeout_s;
   http_ = std::make_unique<HttpClient>(std::move(h));
+  // Until the import knows the image's declared size: registry_timeout= when set, else the cap.
+  if (const long secs = import_deadline_s(opts_, ~uint64_t{0}); secs > 0)
+    set_deadline(std::chrono::steady_clock::now() + std::chrono::seconds(secs),
+                 import_deadline_text(opts_, ~uint64_t{0}));
+}
+
+void RegistryClient::set_deadline(std::chrono::steady_clock::time_point deadline, std::string bound) {
+  deadline_ = deadline;
+  deadline_bound_ = std::move(bound);
+}
+
+long RegistryClient::remaining_ms() const {
+  if (deadline_ == std::chrono::steady_clock::time_point::max()) return -1;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline_ - std::chrono::steady_clock::now()).count();
+  return left > 0 ? static_cast<long>(left) : 0;
+}
+
+// PATH (a blob, a manifest) could not come before the import's deadline.
+Status RegistryClient::deadline_passed(const std::string& path) const {
+  const std::string what = path.rfind("/blobs/", 0) == 0 ? "blob " + path.substr(7)
+                                                         : "the manifest of '" + ref_.str() + "'";
+  return Status::error("registry " + ref_.registry + " did not send " + what + " of image '" +
+                           ref_.str() + "' before the import's deadline (" + deadline_bound_ +
+                           "); retry later, use a mirror, or raise registry_timeout",
+                       ETIMEDOUT);
+}
+
+long import_deadline_s(const RegistryOptions& opts, uint64_t declared_bytes) {
+  if (opts.timeout_s != RegistryOptions::kAutoTimeout) return std::max(0L, opts.timeout_s);
+  const long cap = opts.auto_timeout_cap_s;
+  if (opts.min_rate_bytes <= 0) return cap;
+  const uint64_t at_min_rate = declared_bytes / static_cast<uint64_t>(opts.min_rate_bytes) + 1;
+  if (at_min_rate >= static_cast<uint64_t>(cap)) return cap;
+  return std::min(cap, opts.auto_timeout_slack_s + static_cast<long>(at_min_rate));
+}
+
+std::string import_deadline_text(const RegistryOptions& opts, uint64_t declared_bytes) {
+  const long secs = import_deadline_s(opts, declared_bytes);
+  if (opts.timeout_s != RegistryOptions::kAutoTimeout)
+    return bound_text("registry_timeout", std::to_string(secs));
+  std::string why = std::to_string(secs) + " s";
+  if (declared_bytes != ~uint64_t{0}) why += " for " + human_bytes(declared_bytes) + " declared";
+  if (secs == opts.auto_timeout_cap_s) why += ", the most auto allows";
+  return bound_text("registry_timeout", "auto: " + why);
 }
 
 RegistryClient::~RegistryClient() = default;
@@ -82,6 +126,8 @@ void RegistryClient::share_auth_from(const RegistryClient& o) {
   creds_user_ = o.creds_user_;
   creds_password_ = o.creds_password_;
   creds_status_ = o.creds_status_;
+  deadline_ = o.deadline_;
+  deadline_bound_ = o.deadline_bound_;
 }
 
 Status parse_registry_limit(RegistryOptions& opts, std::string_view key, std::string_view value) {
@@ -96,10 +142,15 @@ Status parse_registry_limit(RegistryOptions& opts, std::string_view key, std::st
     return Status();
   }
   if (key == "registry_timeout") {
+    if (v == "auto") {
+      opts.timeout_s = RegistryOptions::kAutoTimeout;
+      return Status();
+    }
     char* end = nullptr;
     long secs = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || secs < 0 || secs > 7 * 86400) return bad("a number of seconds (0: none)");
-    opts.transfer_timeout_s = secs;
+    if (v.empty() || *end || secs < 0 || secs > 7 * 86400)
+      return bad("a number of seconds (0: none) or auto");
+    opts.timeout_s = secs;
     return Status();
   }
   return Status::error("unknown registry limit '" + std::string(key) + "'", EINVAL);
@@ -146,6 +197,8 @@ std::optional<Result<HttpResponse>> RegistryClient::get_from_mirror(
   HttpRequest req{mirror_url(m->second) + path, headers, {}, {}};
   req.head = head;
   req.silence_timeout_s = opts_.mirror_silence_s;
+  req.timeout_ms = remaining_ms();
+  if (req.timeout_ms == 0) return Result<HttpResponse>(deadline_passed(path));
   if (sink && sink->restart) SLIPWAY_TRY(sink->restart());
   TransportError kind;
   auto resp = http_->perform(req, sink ? &sink->body : nullptr, &kind);
@@ -174,8 +227,8 @@ Status RegistryClient::transport_error(const Status& why, TransportError kind,
     return Status::error("registry " + ref_.registry + " sent " + what + " too slowly (" +
                              why.message() + "; registry_min_rate=" + std::to_string(opts_.min_rate_bytes) +
                              " bytes/s over " + std::to_string(opts_.min_rate_window_s) +
-                             " s, registry_timeout=" + std::to_string(opts_.transfer_timeout_s) +
-                             " s); retry later, use a mirror, or change those limits",
+                             " s, " + (deadline_bound_.empty() ? "registry_timeout=0" : deadline_bound_) +
+                             "); retry later, use a mirror, or change those limits",
                          ETIMEDOUT);
   }
   if (kind == TransportError::kTls)
@@ -233,6 +286,9 @@ Result<HttpResponse> RegistryClient::get(const std::string& path,
   for (int attempt = 0;; ++attempt) {
     HttpRequest req{base_url() + path, headers, {}, {}};
     req.head = head;
+    // Each try gets what is left of the import's deadline; past it, no more tries.
+    req.timeout_ms = remaining_ms();
+    if (req.timeout_ms == 0) return deadline_passed(path);
     if (!auth_header_.empty()) req.headers.push_back(auth_header_);
     if (use_basic_) req.user = creds_user_, req.password = creds_password_;
     if (sink && sink->restart) SLIPWAY_TRY(sink->restart());
@@ -241,6 +297,10 @@ Result<HttpResponse> RegistryClient::get(const std::string& path,
     bool can_retry = attempt < opts_.max_retries;
     if (!resp.ok()) {
       if (kind == TransportError::kNone) return resp.status();  // the sink failed: not transport
+      // curl's clock and ours differ by a few ms: a timeout with under a second left is the
+      // deadline's (and a retry in that second would be cut too).
+      if (kind == TransportError::kTimeout && remaining_ms() >= 0 && remaining_ms() < 1000)
+        return deadline_passed(path);
       if (kind == TransportError::kTimeout && can_retry) {
         std::this_thread::sleep_for(backoff(attempt, ""));
         continue;

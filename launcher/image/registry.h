@@ -5,6 +5,8 @@
 // stream. Every error is one line naming the image, the registry, the cause and the fix.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <atomic>
@@ -33,11 +35,18 @@ struct RegistryOptions {
   std::string credentials_file; // netrc-style: "machine HOST login USER password PASS"
   long connect_timeout_s = 10;
   // A transfer (manifest or blob) averaging less than min_rate_bytes/s over min_rate_window_s
-  // (registry_min_rate=), or lasting more than transfer_timeout_s (registry_timeout=; 0: no
-  // deadline), is abandoned and retried; the last failure names the registry and the blob.
+  // (registry_min_rate=) is abandoned and retried; the last failure names the registry and the blob.
   long min_rate_bytes = 64 << 10;
   long min_rate_window_s = 30;
-  long transfer_timeout_s = 0;
+  // registry_timeout=: the deadline of one import's registry part (the wait for the image's lock,
+  // the manifest, the config, every blob, retries included), in seconds; kAutoTimeout: derived
+  // from the image's declared size (import_deadline_s); 0: none. A transfer still running at the
+  // deadline is cut and not retried. The minimum rate alone bounds nothing: a registry trickling
+  // just above it holds the image's lock for days on a blob declared as 20 GB.
+  long timeout_s = kAutoTimeout;
+  static constexpr long kAutoTimeout = -1;
+  long auto_timeout_slack_s = 60;   // auto: this, plus the declared bytes at min_rate_bytes/s, ...
+  long auto_timeout_cap_s = 3600;   // ... at most this (not site settings: tests scale them)
   int max_retries = 4;
   // A mirror that sends nothing for this long (no answer yet, or a body that stopped) is dropped
   // as one that failed: a hung mirror costs an import this long, not the registry's limits above
@@ -46,8 +55,18 @@ struct RegistryOptions {
 };
 
 // registry_min_rate= (a size per second: 1M, 64K, 0 for none) and registry_timeout= (seconds, 0
-// for none), as the plugin and SLIPWAY_REGISTRY_MIN_RATE / SLIPWAY_REGISTRY_TIMEOUT take them.
+// for none, "auto"), as the plugin and SLIPWAY_REGISTRY_MIN_RATE / SLIPWAY_REGISTRY_TIMEOUT take them.
 Status parse_registry_limit(RegistryOptions& opts, std::string_view key, std::string_view value);
+
+// The seconds an import of an image declaring DECLARED_BYTES (config and layers, as its manifest
+// says) may spend on the registry, 0 for no deadline: registry_timeout= when set; auto: the time a
+// registry sending at exactly registry_min_rate needs, plus auto_timeout_slack_s, at most
+// auto_timeout_cap_s (60 s + 10 MB at 64 KiB/s = 213 s; 20 GB: the cap, 1 hour). A mirror or
+// registry faster than the minimum rate always finishes within it, up to the cap.
+long import_deadline_s(const RegistryOptions& opts, uint64_t declared_bytes);
+// How that deadline came about, for errors: "registry_timeout=120" or "registry_timeout=auto:
+// 213 s for 10.0 MiB declared", then ", SLIPWAY_REGISTRY_TIMEOUT".
+std::string import_deadline_text(const RegistryOptions& opts, uint64_t declared_bytes);
 
 // REGISTRY=MIRROR[,REGISTRY=MIRROR...], each a host[:port] (docker.io means Docker Hub), as the
 // plugin's registry_mirrors= and SLIPWAY_REGISTRY_MIRRORS take it. The error names the entry.
@@ -103,7 +122,14 @@ class RegistryClient {
   // configured, or it failed (then dropped, with the one warning, as for an import).
   Result<bool> mirror_holds_blob(const Descriptor& d);
   const ImageRef& ref() const { return ref_; }
-  // Carry the auth state (token) to another client for the same image (parallel downloads).
+  // Every request from now on ends by DEADLINE (cut there, not retried past it); BOUND says how it
+  // came about (import_deadline_text) in the error. Without a call: registry_timeout= from the
+  // client's creation when set, else the auto cap (the sizes are not known yet).
+  void set_deadline(std::chrono::steady_clock::time_point deadline, std::string bound);
+  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
+  const std::string& deadline_bound() const { return deadline_bound_; }
+  // Carry the auth state (token) and the deadline to another client for the same image (parallel
+  // downloads).
   void share_auth_from(const RegistryClient& other);
 
  private:
@@ -127,6 +153,13 @@ class RegistryClient {
                                                       const std::vector<std::string>& headers,
                                                       Sink* sink, bool head);
   std::string mirror_url(const std::string& mirror) const;
+
+  // The end of the registry's part of the import (time_point::max(): none), and its bound's text.
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  std::string deadline_bound_;
+  // Milliseconds left before the deadline (-1: no deadline; 0: passed).
+  long remaining_ms() const;
+  Status deadline_passed(const std::string& path) const;
 
   std::string auth_header_;  // "Authorization: Bearer ..." once a token is held
   // Set once the mirror failed; shared by the clients of one image (share_auth_from).

@@ -337,7 +337,9 @@ START_TEST(blob_waiters_have_a_deadline) {
   int fills = 0;
   auto fill = [&](int) { ++fills; return Status(); };
   for (int by_rate = 0; by_rate < 2; ++by_rate) {
-    BlobWait wait = by_rate ? BlobWait{0, 1024, 1} : BlobWait{1, 0, 30};
+    const auto in_1s = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    BlobWait wait = by_rate ? BlobWait{std::chrono::steady_clock::time_point::max(), "", 1024, 1}
+                            : BlobWait{in_1s, "registry_timeout=1, SLIPWAY_REGISTRY_TIMEOUT", 0, 30};
     auto start = std::chrono::steady_clock::now();
     Status st = ensure_blob(cache, d, fill, wait);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -352,7 +354,8 @@ START_TEST(blob_waiters_have_a_deadline) {
   ck_assert_int_eq(fills, 0);
   *held = FileLock();  // the other import is done: the next one fills it
   ck_assert(ensure_blob(cache, d, [&](int fd) { ++fills; return Status(write(fd, "blob", 4) == 4 ? Status() : Status::error("w")); },
-                        BlobWait{1, 1024, 1}).ok());
+                        BlobWait{std::chrono::steady_clock::now() + std::chrono::seconds(1),
+                                 "registry_timeout=1", 1024, 1}).ok());
   ck_assert_int_eq(fills, 1);
 }
 END_TEST

@@ -4,6 +4,7 @@
 // in a Sandbox and checks that nothing outside the rootfs changed.
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -13,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/text.h"
 #include "image/import.h"
@@ -382,6 +385,94 @@ START_TEST(default_bounds_stop_a_gzip_bomb_early) {
 }
 END_TEST
 
+// Real layers pass the default max_layer_ratio (20, counted from 16 MiB) with room to spare, while
+// a bomb does not. Recorded shapes: the bytes the unpack counts (file data + 512 per entry) against
+// the gzip blob's size, measured on the project's torch images (contrib/images; the libtorch layer
+// is 15 shared libraries) and on CUDA: the CUDA 13.0 libraries of the build host (cuBLAS/cuBLASLt,
+// cuDNN 9, cuFFT, NCCL, cuSPARSE, cuSOLVER, cuRAND, NVRTC: /usr/local/cuda-13.0, one tar of
+// 2.8 GB, gzip -6), nvidia/cuda:11.8.0-devel-ubuntu20.04 (2.92 GB compressed, 7.37 GB unpacked, as
+// Docker Hub and `docker images` show it: moby/moby#46425) taken as one layer, and the issue's
+// 3 GB layer of shared libraries at 4:1, above anything measured. Then the same rule on real bytes:
+// a layer of samples of the shared libraries on this host (CUDA's when present) is unpacked with
+// the defaults, and its measured ratio, applied to a 3 GB layer, stays 4 times below the bound.
+START_TEST(real_layer_shapes_pass_the_default_ratio) {
+  using slipway::launcher::layer_unpack_allowance;
+  const double ratio = slipway::launcher::ImportBounds{}.max_layer_ratio;
+  struct Shape { const char* what; uint64_t compressed, unpacked; };
+  const Shape real[] = {
+      {"torch (1.13) base layer", 244612648, 690815412},      // 2.82:1
+      {"torch (1.13) libtorch", 43155830, 134381952},          // 3.11:1
+      {"torch (1.13) python", 50100935, 182175130},            // 3.64:1, the highest measured
+      {"torch-trixie (2.6) base layer", 189654947, 518181542}, // 2.73:1
+      {"torch-trixie (2.6) libtorch", 87747295, 283102736},    // 3.23:1
+      {"torch-trixie (2.6) python", 63408755, 216305698},      // 3.41:1
+      {"torch-forky base layer", 174078113, 505993121},        // 2.91:1
+      {"torch-forky libtorch", 100608558, 324905280},          // 3.23:1
+      {"torch-forky python", 82617731, 281017825},             // 3.40:1
+      {"CUDA 13.0 libraries", 1850297131, 2793635840},         // 1.51:1
+      {"nvidia/cuda:11.8.0-devel as one layer", 2920000000, 7370000000},  // 2.52:1
+      {"3 GB of shared libraries at 4:1", 3000000000, 12000000000},
+  };
+  for (const Shape& l : real)
+    ck_assert_msg(l.unpacked <= layer_unpack_allowance(l.compressed, ratio), "%s refused", l.what);
+  // A 20 MB gzip bomb (gzip's ~1030:1 on zeros: 20.6 GB) stops within 400 MB of writes.
+  ck_assert_uint_eq(layer_unpack_allowance(20000000, ratio), 400000000);
+  ck_assert_uint_eq(layer_unpack_allowance(1000, ratio), 20ull * (16 << 20));  // small: 320 MiB
+  ck_assert(layer_unpack_allowance(3000000000, 0) == UINT64_MAX);
+
+  // Real bytes: 1 MiB samples at 0, 1/4, 1/2 and 3/4 of each shared library, up to 24 MiB.
+  std::vector<std::pair<std::string, std::string>> samples;
+  size_t total = 0;
+  std::string from;  // the directories sampled
+  for (const char* dir : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/local/cuda-13.0/lib",
+                          "/usr/lib/x86_64-linux-gnu", "/usr/lib64"}) {
+    DIR* d = opendir(dir);
+    if (!d) continue;
+    while (dirent* e = readdir(d)) {
+      const std::string path = std::string(dir) + "/" + e->d_name;
+      struct stat st;
+      if (total >= (24u << 20) || std::string(e->d_name).find(".so") == std::string::npos ||
+          lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (4 << 20))
+        continue;
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      for (int q = 0; q < 4; ++q) {
+        std::string chunk(1 << 20, '\0');
+        ssize_t n = pread(fd, chunk.data(), chunk.size(), st.st_size / 4 * q);
+        if (n <= 0) continue;
+        chunk.resize(static_cast<size_t>(n));
+        total += chunk.size();
+        samples.emplace_back(std::string(e->d_name) + "." + std::to_string(q), std::move(chunk));
+      }
+      if (from.find(dir) == std::string::npos) from += std::string(from.empty() ? "" : ", ") + dir;
+      close(fd);
+    }
+    closedir(d);
+    if (total >= (24u << 20)) break;
+  }
+  if (total < (16u << 20)) {
+    fprintf(stderr, "SKIP (real bytes): fewer than 16 MiB of shared libraries on this host\n");
+    return;
+  }
+  TarBuilder tar(TarBuilder::Compression::kGzip);
+  for (const auto& [name, data] : samples) tar.file("usr/lib/" + name, data, 0755);
+  const std::string gz = tar.finish();
+  Sandbox sb;
+  const slipway::launcher::ImportBounds defaults;
+  UnpackBudget budget;
+  budget.max_bytes = defaults.max_image_bytes;
+  budget.max_ratio = defaults.max_layer_ratio;
+  ASSERT_OK(unpack_with(sb, gz, budget));
+  const double measured = static_cast<double>(budget.layer_used) / static_cast<double>(gz.size());
+  fprintf(stderr, "shared libraries sampled (%s): %.1f MiB, gzip %.1f MiB: %.2f:1\n", from.c_str(),
+          static_cast<double>(total) / (1 << 20), static_cast<double>(gz.size()) / (1 << 20), measured);
+  ck_assert_msg(measured * 4 <= ratio, "real shared libraries measure %.2f:1", measured);
+  const uint64_t cuda_layer = 3000000000;
+  ck_assert(static_cast<uint64_t>(measured * static_cast<double>(cuda_layer)) <=
+            layer_unpack_allowance(cuda_layer, ratio));
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("layer");
   TCase* tc = tcase_create("unpack");
@@ -407,5 +498,9 @@ Suite* make_suite(void) {
   tcase_add_test(h, default_bounds_stop_a_gzip_bomb_early);
   tcase_add_test(h, garbage_layer_rejected);
   suite_add_tcase(s, h);
+  TCase* r = tcase_create("real");  // gzips 24 MiB: seconds on a loaded machine
+  tcase_set_timeout(r, 30);
+  tcase_add_test(r, real_layer_shapes_pass_the_default_ratio);
+  suite_add_tcase(s, r);
   return s;
 }

@@ -265,7 +265,8 @@ START_TEST(retries_on_429_and_503) {
 END_TEST
 
 // A registry that trickles a blob (256 bytes/s): registry_min_rate= abandons it and the error names
-// the registry and the blob; registry_timeout= does the same by deadline. Nothing is published.
+// the registry and the blob; registry_timeout= (the import's deadline) does the same, naming the
+// bound. Nothing is published.
 START_TEST(slow_registry_times_out_with_the_blob_named) {
   Sandbox sb;
   std::string dir = sb.base + "-slow";
@@ -297,9 +298,17 @@ START_TEST(slow_registry_times_out_with_the_blob_named) {
       auto img = import_image(*parse_image_ref(srv.host() + "/slow/img:v1"), o);
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ck_assert(!img.ok());
-      ASSERT_CONTAINS(img.status().message(), "registry " + srv.host() + " sent blob " +
-                                                  sha256_digest(layer) + " too slowly (");
-      ASSERT_CONTAINS(img.status().message(), "retry later, use a mirror, or change those limits");
+      if (std::string(limit) == "registry_min_rate") {
+        ASSERT_CONTAINS(img.status().message(), "registry " + srv.host() + " sent blob " +
+                                                    sha256_digest(layer) + " too slowly (");
+        ASSERT_CONTAINS(img.status().message(), "retry later, use a mirror, or change those limits");
+      } else {
+        ASSERT_CONTAINS(img.status().message(),
+                        "registry " + srv.host() + " did not send blob " + sha256_digest(layer) +
+                            " of image '" + srv.host() + "/slow/img:v1' before the import's "
+                            "deadline (registry_timeout=2, SLIPWAY_REGISTRY_TIMEOUT); retry later, "
+                            "use a mirror, or raise registry_timeout");
+      }
       ck_assert_msg(secs < 20, "%s took %.1f s", limit, secs);  // the whole blob takes ~40 s
       ck_assert_int_eq(count_entries(o.cache_dir + "/images"), 0);
     }
@@ -612,6 +621,137 @@ START_TEST(default_min_rate_fails_a_trickle_not_a_slow_mirror) {
 }
 END_TEST
 
+// The default deadline (registry_timeout=auto): a registry sending faster than registry_min_rate
+// in every window still fails in bounded time. Scaled here: 1 s of slack for 60, a 3 s cap for
+// an hour, a 256 KiB layer served at 16 KiB/s (16 s in full). With registry_min_rate=4K the
+// layer's time at the minimum rate (65 s) is past the cap: cut at 3 s. With the default 64K and a
+// window so long that it never trips (a registry that sends a burst each window, averaging less),
+// the deadline is the declared size at the minimum rate, 1 + 5 s. A slow but honest registry
+// (96 KiB/s, above the minimum rate) finishes well within that same deadline.
+START_TEST(default_deadline_bounds_a_trickle_above_the_min_rate) {
+  RegistryOptions defaults;
+  ck_assert_int_eq(import_deadline_s(defaults, 20'000'000'000ull), 3600);  // 20 GB at 65 KiB/s: days
+  ck_assert_int_eq(import_deadline_s(defaults, 10'000'000), 60 + 153);
+  RegistryOptions none;
+  ck_assert(parse_registry_limit(none, "registry_timeout", "0").ok());
+  ck_assert_int_eq(import_deadline_s(none, 20'000'000'000ull), 0);
+  ck_assert(parse_registry_limit(none, "registry_timeout", "auto").ok());
+  ck_assert_int_eq(import_deadline_s(none, 20'000'000'000ull), 3600);
+  Sandbox sb;
+  std::string dir = sb.base + "-deadline";
+  mkdir(dir.c_str(), 0700);
+  {
+    FlakyServer srv(dir);
+    ck_assert_msg(srv.port > 0, "the python3 test server did not start");
+    std::string noise(256u << 10, '\0');  // gzip cannot shrink it
+    std::mt19937 rng(7);
+    for (char& c : noise) c = static_cast<char>(rng());
+    std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("big", noise).finish();
+    serve_image(srv, layer, one_layer_manifest(layer));
+    struct Case { const char* name; int rate; const char* min_rate; long window_s, cap_s; long want_s; };
+    for (const Case& c : {Case{"cap", 16 << 10, "4K", 2, 3, 3}, Case{"size", 16 << 10, "64K", 600, 3600, 6},
+                          Case{"honest", 96 << 10, "64K", 2, 3600, 0}}) {
+      write_text(dir + "/rate", std::to_string(c.rate));
+      ImportOptions o;
+      o.cache_dir = sb.root + "/cache-" + c.name;
+      o.registry.insecure_registries = {srv.host()};
+      o.registry.min_rate_window_s = c.window_s;
+      o.registry.auto_timeout_slack_s = 1;
+      o.registry.auto_timeout_cap_s = c.cap_s;
+      ck_assert(parse_registry_limit(o.registry, "registry_min_rate", c.min_rate).ok());
+      auto start = std::chrono::steady_clock::now();
+      auto img = import_image(*parse_image_ref(srv.host() + "/slow/img:v1"), o);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (c.want_s == 0) {
+        ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+        ck_assert(read_text(img->rootfs + "/big") == noise);
+        continue;
+      }
+      ck_assert_msg(!img.ok(), "%s: the trickle was served in full (%.1f s)", c.name, secs);
+      ck_assert_int_eq(img.status().error_number(), ETIMEDOUT);
+      ASSERT_CONTAINS(img.status().message(),
+                      "registry " + srv.host() + " did not send blob " + sha256_digest(layer) +
+                          " of image '" + srv.host() + "/slow/img:v1' before the import's deadline "
+                          "(registry_timeout=auto: " + std::to_string(c.want_s) + " s for ");
+      ASSERT_CONTAINS(img.status().message(), "; retry later, use a mirror, or raise registry_timeout");
+      ck_assert_msg(secs >= static_cast<double>(c.want_s) - 0.5 && secs < static_cast<double>(c.want_s) + 4,
+                    "%s: failed after %.1f s", c.name, secs);
+      ck_assert_int_eq(count_entries(o.cache_dir + "/images"), 0);
+      ck_assert_int_eq(count_entries(o.cache_dir + "/tmp"), 0);
+    }
+  }
+  remove_all(dir);
+}
+END_TEST
+
+// An import waiting for another import of the same image on the node (the image's lock) waits
+// only until its own deadline (registry_timeout=, else auto: here 1 s of slack + 1 s for the small
+// image), then fails in one line naming the image and the lock's holder, having asked the
+// registry nothing and made nothing. Once the holder is gone the same import succeeds.
+START_TEST(image_lock_waiters_have_a_deadline) {
+  Sandbox sb;
+  std::string dir = sb.base + "-imagelock";
+  mkdir(dir.c_str(), 0700);
+  {
+    FlakyServer srv(dir);
+    ck_assert_msg(srv.port > 0, "the python3 test server did not start");
+    std::string layer = TarBuilder(TarBuilder::Compression::kGzip).file("a", "waited").finish();
+    const std::string manifest = one_layer_manifest(layer);
+    serve_image(srv, layer, manifest);
+    ImportOptions o;
+    o.cache_dir = sb.root + "/cache";
+    o.registry.insecure_registries = {srv.host()};
+    o.registry.auto_timeout_slack_s = 1;
+    o.manifest = manifest;  // handed off by srun: no request before the lock
+    ImageRef ref = *parse_image_ref(srv.host() + "/wait/img:v1");
+    ref.digest = sha256_digest(manifest);
+    NodeCache cache(o.cache_dir);
+    ck_assert(cache.ensure_layout().ok());
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t holder = fork();
+    if (holder == 0) {  // the other import: holds the image's lock until killed
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      auto lock = FileLock::acquire(cache.lock_path(digest_hex(ref.digest)), FileLock::Mode::kExclusive);
+      (void)!write(ready[1], lock.ok() ? "y" : "n", 1);
+      for (;;) pause();
+    }
+    char got = 0;
+    ck_assert_int_eq(read(ready[0], &got, 1), 1);
+    ck_assert(got == 'y');
+    for (const char* timeout : {"auto", "1"}) {
+      ck_assert(parse_registry_limit(o.registry, "registry_timeout", timeout).ok());
+      auto start = std::chrono::steady_clock::now();
+      auto img = import_image(ref, o);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ck_assert(!img.ok());
+      ck_assert_int_eq(img.status().error_number(), ETIMEDOUT);
+      const std::string bound = std::string(timeout) == "1"
+                                    ? "(registry_timeout=1, SLIPWAY_REGISTRY_TIMEOUT)"
+                                    : "(registry_timeout=auto: 2 s for ";
+      ASSERT_CONTAINS(img.status().message(),
+                      "waiting for image '" + srv.host() + "/wait/img:v1', which pid " +
+                          std::to_string(holder) + " (");
+      ASSERT_CONTAINS(img.status().message(), " is importing on this node " + bound);
+      ASSERT_CONTAINS(img.status().message(), "; retry when that import ends, or end it");
+      ck_assert_msg(img.status().message().find('\n') == std::string::npos, "%s",
+                    img.status().message().c_str());
+      const double want = std::string(timeout) == "1" ? 1 : 2;
+      ck_assert_msg(secs >= want - 0.1 && secs < want + 2, "%s: waited %.1f s", timeout, secs);
+      ck_assert_int_eq(srv.count("/v2/wait/"), 0);
+      for (const char* sub : {"/images", "/blobs/sha256", "/tmp"})
+        ck_assert_msg(count_entries(o.cache_dir + sub) == 0, "%s: %d", sub, count_entries(o.cache_dir + sub));
+    }
+    kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+    auto img = import_image(ref, o);
+    ck_assert_msg(img.ok(), "%s", img.status().message().c_str());
+    ck_assert(read_text(img->rootfs + "/a") == "waited");
+  }
+  remove_all(dir);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("transport");
   TCase* tc = tcase_create("transport");
@@ -621,6 +761,8 @@ Suite* make_suite(void) {
   tcase_add_test(tc, slow_registry_times_out_with_the_blob_named);
   tcase_add_test(tc, declared_sizes_bound_the_download);
   tcase_add_test(tc, default_min_rate_fails_a_trickle_not_a_slow_mirror);
+  tcase_add_test(tc, default_deadline_bounds_a_trickle_above_the_min_rate);
+  tcase_add_test(tc, image_lock_waiters_have_a_deadline);
   tcase_add_test(tc, lying_mirror_falls_back_to_the_registry);
   tcase_add_test(tc, hanging_mirror_falls_back_to_the_registry);
   tcase_add_test(tc, warming_a_cold_mirror_fetches_each_blob_once);
