@@ -296,9 +296,12 @@ std::vector<Finding> check_host_libs(const std::vector<HostLibSet>& sets) {
       out.push_back({name, Verdict::kFail, plan.status().message(), "fix host_libs= in plugstack.conf"});
       continue;
     }
-    // Present is not enough: load each library (with its dependencies) as a program would.
+    // Present is not enough: load each library the set names as a program would, its
+    // dependencies with it, in the loader's order. A dependency alone may not load: UCX's libucm
+    // uses libucs's symbols without naming libucs (OpenMPI 5 on Debian 13).
     std::string failed;
     for (const auto& lib : plan->libs) {
+      if (!lib.named) continue;
       auto r = in_child([&](std::string& msg) {
         if (dlopen(lib.host_path.c_str(), RTLD_NOW | RTLD_LOCAL)) return 0;
         const char* e = dlerror();

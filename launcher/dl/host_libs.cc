@@ -211,7 +211,7 @@ Result<InjectionPlan> plan_injection(const std::vector<HostLibSet>& configured,
   }
   SLIPWAY_TRY(closure.finish());
   for (const auto& lib : closure.libs()) {
-    plan.libs.push_back({lib.set, lib.soname, lib.host_file, lib.why});
+    plan.libs.push_back({lib.set, lib.soname, lib.host_file, lib.why, lib.named});
     plan.binds.push_back({{.source = lib.host_file,
                            .destination = std::string(kHostLibDir) + "/" + lib.soname,
                            .read_only = true, .recursive = false},

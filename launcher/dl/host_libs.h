@@ -53,6 +53,7 @@ struct InjectRequest {
 
 struct InjectedLib {
   std::string set, soname, host_path, why;
+  bool named = false;  // named in the set; the others come as its dependencies
 };
 
 struct InjectionPlan {
