@@ -137,6 +137,30 @@ else
 fi
 "$sandbox" down
 trap - EXIT
+
+# Slurm 26.05 (Debian forky, testing): the plugin builds against it and loads into its srun. And the
+# check can fail: 24.11's srun refuses the plugin built for 22.05 ("Incompatible plugin version").
+step "the plugin on Slurm 26.05 (Debian forky) and the release check"
+if "$repo/tests/releases/plugin_loads.sh" "$build/spank/spank_slipway.so" >/dev/null 2>&1 ||
+    ! "$release_root" enter trixie "$repo/tests/releases/plugin_loads.sh" "$build/spank/spank_slipway.so" >/dev/null 2>&1; then
+  echo "FAIL 22.05's plugin did not load in 22.05, or loaded in 24.11"; failed=$((failed + 1))
+else
+  echo "ok   22.05's plugin loads in 22.05 and is refused by 24.11"; passed=$((passed + 1))
+fi
+if ! "$release_root" path forky >/dev/null; then
+  echo "skip forky: its root could not be installed from Debian's archive (see above)"; skipped=$((skipped + 1))
+elif "$release_root" enter forky bash -c 'cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+    cmake --build "$2" -j"$(nproc)" --target spank_slipway' build "$repo" "$build-forky" >"$cluster_log" 2>&1; then
+  if "$release_root" enter forky "$repo/tests/releases/plugin_loads.sh" "$build-forky/spank/spank_slipway.so"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+else
+  tail -n 30 "$cluster_log"
+  echo "FAIL the plugin does not build against forky's Slurm (cmake --build $build-forky --target spank_slipway)"
+  failed=$((failed + 1))
+fi
 rm -f "$unit_log" "$cluster_log"
 rm -rf "$debs_dir" "$debs_log"
 
