@@ -37,6 +37,22 @@ count_cluster() {
 step "installing packages"
 "$repo/contrib/install-deps.sh" || exit 1
 
+# The Debian 13 and forky roots (contrib/release-root; cached) install from Debian's archive while
+# the host builds and tests: mostly downloads and dpkg. Each later step waits for its own.
+release_root="$repo/contrib/release-root"
+roots_log=$(mktemp -d)
+for release in trixie forky; do
+  "$release_root" path "$release" >"$roots_log/$release" 2>&1 &
+  eval "root_pid_$release=$!"
+done
+# wait_root RELEASE: true once RELEASE's root is installed; its log otherwise.
+wait_root() {
+  local pid_var=root_pid_$1
+  if wait "${!pid_var}"; then return 0; fi
+  cat "$roots_log/$1"
+  return 1
+}
+
 step "building in $build"
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 1
 cmake --build "$build" -j"$(nproc)" || exit 1
@@ -119,12 +135,11 @@ trap - EXIT
 # trixie, and the tests themselves run in that release's userland, as on a Debian 13 machine.
 # test_packages installs Debian 12's packages and so runs on Debian 12 only.
 step "integration tests on Slurm 24.11 (Debian 13)"
-release_root="$repo/contrib/release-root"
 trixie_build=$build-trixie
 trap 'SLIPWAY_SANDBOX_RELEASE=trixie "$sandbox" down >/dev/null 2>&1' EXIT
-if "$release_root" path trixie >/dev/null &&
+if wait_root trixie &&
     "$release_root" enter trixie bash -c 'cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
-        cmake --build "$2" -j"$(nproc)"' build "$repo" "$trixie_build" &&
+        cmake --build "$2" -j"$(nproc)" --target spank_slipway slipway' build "$repo" "$trixie_build" &&
     SLIPWAY_PLUGIN="$trixie_build/spank/spank_slipway.so" "$sandbox" up --release trixie && "$sandbox" images; then
   mapfile -t trixie_tests < <(ls "$repo"/tests/cluster/test_*.bash | grep -v '/test_packages\.bash$')
   SLIPWAY_SANDBOX_RELEASE=trixie SLIPWAY_PLUGIN="$trixie_build/spank/spank_slipway.so" \
@@ -147,7 +162,7 @@ if "$repo/tests/releases/plugin_loads.sh" "$build/spank/spank_slipway.so" >/dev/
 else
   echo "ok   22.05's plugin loads in 22.05 and is refused by 24.11"; passed=$((passed + 1))
 fi
-if ! "$release_root" path forky >/dev/null; then
+if ! wait_root forky; then
   echo "skip forky: its root could not be installed from Debian's archive (see above)"; skipped=$((skipped + 1))
 elif "$release_root" enter forky bash -c 'cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
     cmake --build "$2" -j"$(nproc)" --target spank_slipway' build "$repo" "$build-forky" >"$cluster_log" 2>&1; then
@@ -162,6 +177,7 @@ else
   failed=$((failed + 1))
 fi
 rm -f "$unit_log" "$cluster_log"
+rm -rf "$roots_log"
 rm -rf "$debs_dir" "$debs_log"
 
 echo
