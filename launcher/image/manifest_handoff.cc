@@ -4,6 +4,7 @@
 #include "image/manifest_handoff.h"
 
 #include <array>
+#include <cstdint>
 
 namespace slipway::launcher {
 namespace {
