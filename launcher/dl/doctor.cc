@@ -27,6 +27,7 @@
 #include "dl/gpu.h"
 #include "dl/nvidia_env.h"
 #include "dl/ld_cache.h"
+#include "dl/slurm_versions.h"
 #include "runtime/squashfs_mount.h"
 
 namespace slipway::launcher {
@@ -321,6 +322,8 @@ std::vector<Finding> run_doctor(const DoctorOptions& o) {
                            check_fuse_in_userns()};
   if (!o.cache_dir.empty()) out.push_back(check_cache_dir(o.cache_dir));
   for (const auto& r : o.registries) out.push_back(check_registry(r, o.timeout_ms));
+  out.push_back(check_slurm_version(o.slurm_version.empty() ? installed_slurm_version()
+                                                             : o.slurm_version));
   out.push_back(check_slurm_pmix(o.slurm_plugin_dir));
   out.push_back(check_gpus(o.root));
   out.push_back(check_fabric(o.root, o.fabric));
