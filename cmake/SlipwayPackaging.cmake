@@ -63,7 +63,11 @@ set(CPACK_DEBIAN_SPANK_PACKAGE_SECTION admin)
 # plugin version", src/common/plugin.c): the package is tied to the Slurm of the headers it was
 # compiled with (spank/CMakeLists.txt reads SLIPWAY_SLURM_RELEASE from slurm/slurm_version.h).
 # Debian's slurm-wlm provides no virtual package naming that ABI, so the bounds are on its version.
-set(CPACK_DEBIAN_SPANK_PACKAGE_DEPENDS "slurm-wlm-basic-plugins (>= ${SLIPWAY_SLURM_RELEASE}), slurm-wlm-basic-plugins (<< ${SLIPWAY_SLURM_NEXT_RELEASE}), ${launcher_dlopened}")
+set(_slurm slurm-wlm-basic-plugins)
+if(SLIPWAY_SLURM_RELEASE)  # no plugin without the launcher (-DSLIPWAY_BUILD_LAUNCHER=OFF)
+  set(_slurm "${_slurm} (>= ${SLIPWAY_SLURM_RELEASE}), ${_slurm} (<< ${SLIPWAY_SLURM_NEXT_RELEASE})")
+endif()
+set(CPACK_DEBIAN_SPANK_PACKAGE_DEPENDS "${_slurm}, ${launcher_dlopened}")
 set(CPACK_DEBIAN_SPANK_PACKAGE_RECOMMENDS "${launcher_recommends}")
 set(CPACK_DEBIAN_SPANK_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/spank/conffiles)
 file(WRITE ${CMAKE_BINARY_DIR}/packaging/spank/conffiles "/etc/slurm/plugstack.conf.d/slipway.conf\n")
@@ -101,12 +105,12 @@ libtrain(3) manual and the C++ Fashion-MNIST example.")
 set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_SECTION python)
 # dpkg-shlibdeps sees only libraries; the interpreter ABI (cpython-311 on Debian 12, cpython-313 on
 # 13: the Python the module was built for, libtrain/CMakeLists.txt) and numpy are ours to say.
-set(_py ${LIBTRAIN_PYTHON_VERSION})
-string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1" _py_major "${_py}")
-string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\2" _py_minor "${_py}")
-math(EXPR _py_next "${_py_minor} + 1")
-set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_DEPENDS
-  "libtrain0 (= ${deb_version}), python3 (>= ${_py}), python3 (<< ${_py_major}.${_py_next}), python3-numpy")
+set(_python3 python3)
+if(LIBTRAIN_PYTHON_VERSION MATCHES "^([0-9]+)\\.([0-9]+)$")
+  math(EXPR _py_next "${CMAKE_MATCH_2} + 1")
+  set(_python3 "python3 (>= ${LIBTRAIN_PYTHON_VERSION}), python3 (<< ${CMAKE_MATCH_1}.${_py_next})")
+endif()
+set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_DEPENDS "libtrain0 (= ${deb_version}), ${_python3}, python3-numpy")
 # libtrain.torch needs PyTorch; the numpy module does not.
 set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_SUGGESTS "python3-torch")
 set(CPACK_COMPONENT_PYTHON_LIBTRAIN_DESCRIPTION "data-parallel training library (Python 3 module)

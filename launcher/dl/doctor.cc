@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sched.h>
@@ -68,7 +69,9 @@ ProbeResult in_child(F&& probe) {
 // (docs/platform.md, "SPANK callbacks").
 void become_unprivileged() {
   if (geteuid() != 0) return;
-  if (setgid(65534) == 0 && setuid(65534) == 0) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  // Root's supplementary groups go first: nobody has none (rpmlint's setgroups-before-setuid).
+  if (setgroups(0, nullptr) == 0 && setgid(65534) == 0 && setuid(65534) == 0)
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 }
 
 int write_file(const char* path, const std::string& data) {
