@@ -38,7 +38,6 @@ endfunction()
 string(TIMESTAMP SLIPWAY_CHANGELOG_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
 function(slipway_install_package_docs component)
   set(package ${SLIPWAY_PACKAGE_OF_${component}})
-  set(SLIPWAY_DEB_VERSION ${PROJECT_VERSION}-${SLIPWAY_DEB_RELEASE})
   configure_file(${PROJECT_SOURCE_DIR}/contrib/debian/changelog.in
     ${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian @ONLY)
   slipway_gzip(${CMAKE_BINARY_DIR}/install-doc/${package}/changelog.Debian)

@@ -9,7 +9,7 @@ set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME slipway)
 set(CPACK_PACKAGE_VENDOR "The Slipway authors")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_DEBIAN_PACKAGE_RELEASE ${SLIPWAY_DEB_RELEASE})
+set(CPACK_DEBIAN_PACKAGE_RELEASE ${SLIPWAY_DEB_RELEASE}${SLIPWAY_DEB_SUFFIX})
 set(CPACK_PACKAGE_CONTACT "${SLIPWAY_MAINTAINER}")
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${SLIPWAY_MAINTAINER}")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
@@ -31,16 +31,21 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 # Control files (conffiles, triggers, shlibs) keep dpkg's modes (lintian control-file-has-bad-permissions).
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
-set(deb_version ${PROJECT_VERSION}-${SLIPWAY_DEB_RELEASE})
+set(deb_version ${SLIPWAY_DEB_VERSION})
 foreach(component IN LISTS CPACK_COMPONENTS_ALL)
   string(TOUPPER ${component} C)
   set(CPACK_DEBIAN_${C}_PACKAGE_NAME ${SLIPWAY_PACKAGE_OF_${component}})
 endforeach()
 
 # The command and the plugin load these with dlopen on first use (launcher/common/lazy_library.h),
-# out of dpkg-shlibdeps' sight. ISA-L only speeds up gzip; squashfs tools are for .sqsh images
+# out of dpkg-shlibdeps' sight: their packages by Debian release (Debian 13's 64-bit time_t
+# transition renamed three). ISA-L only speeds up gzip; squashfs tools are for .sqsh images
 # (squashfuse mounts them; without it they are unpacked).
-set(launcher_dlopened "libcurl4, libarchive13, libssl3, libseccomp2")
+if(SLIPWAY_DEBIAN_VERSION_ID AND SLIPWAY_DEBIAN_VERSION_ID LESS 13)
+  set(launcher_dlopened "libcurl4, libarchive13, libssl3, libseccomp2")
+else()
+  set(launcher_dlopened "libcurl4t64, libarchive13t64, libssl3t64, libseccomp2")
+endif()
 set(launcher_recommends "libisal2, squashfs-tools-ng, squashfs-tools, squashfuse")
 
 set(CPACK_DEBIAN_SLIPWAY_PACKAGE_SECTION utils)
@@ -54,7 +59,15 @@ Slurm plugin (package slurm-spank-slipway). An environment-module file puts it
 on PATH.")
 
 set(CPACK_DEBIAN_SPANK_PACKAGE_SECTION admin)
-set(CPACK_DEBIAN_SPANK_PACKAGE_DEPENDS "slurm-wlm-basic-plugins, ${launcher_dlopened}")
+# Slurm loads a SPANK plugin only into the release (major.minor) it was built against ("Incompatible
+# plugin version", src/common/plugin.c): the package is tied to the Slurm of the headers it was
+# compiled with (spank/CMakeLists.txt reads SLIPWAY_SLURM_RELEASE from slurm/slurm_version.h).
+# Debian's slurm-wlm provides no virtual package naming that ABI, so the bounds are on its version.
+set(_slurm slurm-wlm-basic-plugins)
+if(SLIPWAY_SLURM_RELEASE)  # no plugin without the launcher (-DSLIPWAY_BUILD_LAUNCHER=OFF)
+  set(_slurm "${_slurm} (>= ${SLIPWAY_SLURM_RELEASE}), ${_slurm} (<< ${SLIPWAY_SLURM_NEXT_RELEASE})")
+endif()
+set(CPACK_DEBIAN_SPANK_PACKAGE_DEPENDS "${_slurm}, ${launcher_dlopened}")
 set(CPACK_DEBIAN_SPANK_PACKAGE_RECOMMENDS "${launcher_recommends}")
 set(CPACK_DEBIAN_SPANK_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/spank/conffiles)
 file(WRITE ${CMAKE_BINARY_DIR}/packaging/spank/conffiles "/etc/slurm/plugstack.conf.d/slipway.conf\n")
@@ -90,9 +103,14 @@ This package holds the headers, the CMake package, the pkg-config file, the
 libtrain(3) manual and the C++ Fashion-MNIST example.")
 
 set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_SECTION python)
-# dpkg-shlibdeps sees only libraries; the interpreter ABI (cpython-311) and numpy are ours to say.
-set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_DEPENDS
-  "libtrain0 (= ${deb_version}), python3 (>= 3.11), python3 (<< 3.12), python3-numpy")
+# dpkg-shlibdeps sees only libraries; the interpreter ABI (cpython-311 on Debian 12, cpython-313 on
+# 13: the Python the module was built for, libtrain/CMakeLists.txt) and numpy are ours to say.
+set(_python3 python3)
+if(LIBTRAIN_PYTHON_VERSION MATCHES "^([0-9]+)\\.([0-9]+)$")
+  math(EXPR _py_next "${CMAKE_MATCH_2} + 1")
+  set(_python3 "python3 (>= ${LIBTRAIN_PYTHON_VERSION}), python3 (<< ${CMAKE_MATCH_1}.${_py_next})")
+endif()
+set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_DEPENDS "libtrain0 (= ${deb_version}), ${_python3}, python3-numpy")
 # libtrain.torch needs PyTorch; the numpy module does not.
 set(CPACK_DEBIAN_PYTHON_LIBTRAIN_PACKAGE_SUGGESTS "python3-torch")
 set(CPACK_COMPONENT_PYTHON_LIBTRAIN_DESCRIPTION "data-parallel training library (Python 3 module)

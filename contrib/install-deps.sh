@@ -23,8 +23,9 @@ packages=(
   # local package repositories for the package-manager tests (apt's is written by hand)
   rpm createrepo-c
   # Debian packages of Slipway (contrib/make-debs.sh): dpkg-shlibdeps, lintian; the install test
-  # loads the module file with environment-modules
-  dpkg-dev lintian environment-modules
+  # loads the module file with environment-modules; rpmlint for the EL9 RPMs (contrib/make-rpms.sh,
+  # rpmbuild is the rpm package above)
+  dpkg-dev lintian environment-modules rpmlint
   # tests/fuzz: clang with libFuzzer's runtime (libclang-rt-14-dev, only recommended by clang),
   # llvm for llvm-symbolizer in sanitizer reports
   clang libclang-rt-14-dev llvm

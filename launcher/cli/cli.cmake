@@ -13,6 +13,10 @@ target_compile_definitions(slipway PRIVATE SLIPWAY_VERSION="${PROJECT_VERSION}")
 # with `root` set to the install prefix (cmake/SlipwayInstall.cmake).
 install(TARGETS slipway RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT slipway)
 slipway_install_man(${PROJECT_SOURCE_DIR}/man/slipway.1 slipway)
+# Debian's environment-modules searches share/modules/modulefiles; EL9's share/modulefiles
+# (contrib/rpm/slipway.spec sets that).
+set(SLIPWAY_MODULEFILES_DIR ${CMAKE_INSTALL_DATADIR}/modules/modulefiles CACHE STRING
+  "Where the environment-module file goes, relative to the prefix")
 slipway_install_configured(${PROJECT_SOURCE_DIR}/contrib/modulefiles/slipway
-  ${CMAKE_INSTALL_DATADIR}/modules/modulefiles slipway slipway)
+  ${SLIPWAY_MODULEFILES_DIR} slipway slipway)
 slipway_install_package_docs(slipway)

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sched.h>
@@ -27,6 +28,7 @@
 #include "dl/gpu.h"
 #include "dl/nvidia_env.h"
 #include "dl/ld_cache.h"
+#include "dl/slurm_versions.h"
 #include "runtime/squashfs_mount.h"
 
 namespace slipway::launcher {
@@ -67,7 +69,9 @@ ProbeResult in_child(F&& probe) {
 // (docs/platform.md, "SPANK callbacks").
 void become_unprivileged() {
   if (geteuid() != 0) return;
-  if (setgid(65534) == 0 && setuid(65534) == 0) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  // Root's supplementary groups go first: nobody has none (rpmlint's setgroups-before-setuid).
+  if (setgroups(0, nullptr) == 0 && setgid(65534) == 0 && setuid(65534) == 0)
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 }
 
 int write_file(const char* path, const std::string& data) {
@@ -324,6 +328,8 @@ std::vector<Finding> run_doctor(const DoctorOptions& o) {
                            check_fuse_in_userns()};
   if (!o.cache_dir.empty()) out.push_back(check_cache_dir(o.cache_dir));
   for (const auto& r : o.registries) out.push_back(check_registry(r, o.timeout_ms));
+  out.push_back(check_slurm_version(o.slurm_version.empty() ? installed_slurm_version()
+                                                             : o.slurm_version));
   out.push_back(check_slurm_pmix(o.slurm_plugin_dir));
   out.push_back(check_gpus(o.root));
   out.push_back(check_fabric(o.root, o.fabric));

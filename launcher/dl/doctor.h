@@ -32,6 +32,9 @@ struct DoctorOptions {
   std::string root = "/";                    // /dev, /proc, /sys root for the GPU check
   FabricPolicy fabric = default_fabric_policy();  // fabric_devices= / SLIPWAY_FABRIC_DEVICES
   int timeout_ms = 2000;                     // per network check
+  // The running Slurm's version ("slurm 22.05.8"), checked against the tested releases
+  // (dl/slurm_versions.h); empty: `sinfo --version` is asked.
+  std::string slurm_version;
 };
 
 std::vector<Finding> run_doctor(const DoctorOptions& opts);

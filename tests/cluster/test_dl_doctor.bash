@@ -2,7 +2,8 @@
 # Copyright The Slipway authors
 # `slipway doctor` (issue 5) on a sandbox node, as the job user: the sandbox's known state (user
 # namespaces and overlayfs work, the registry answers, mpi/pmix and libpmix.so are installed, no
-# GPUs, the configured host libraries load), and the diagnosis when user namespaces are off.
+# GPUs, the configured host libraries load, Slurm is a tested release), the warning on an untested
+# Slurm, and the diagnosis when user namespaces are off.
 source "$(dirname "${BASH_SOURCE[0]}")/dl_common.bash"
 
 setup_file() {
@@ -22,6 +23,10 @@ SLIPWAY_PLUGIN_PATH=${SLIPWAY_PLUGIN:-$REPO_DIR/build/spank/spank_slipway.so}
 test_doctor_on_a_node_reports_the_sandbox_state() {
     run_job srun -N1 -n1 -w node2 -K "$SLIPWAY_BIN" doctor --registry="$SANDBOX_NET.1:5000" \
         --host-libs='mpi:libmpi.so.40;nccl:libnccl.so.2'
+    # The sandbox's Slurm (22.05 on Debian 12, 24.11 on Debian 13: sinfo prints "slurm-wlm
+    # 22.05.8") is a tested release.
+    grep -qE '^ok    slurm: slurm[-a-z]* [0-9]+\.[0-9]+\.[0-9]+: release [0-9]+\.[0-9]+ is tested \(Slurm ' \
+        <<<"$output" || fail "doctor did not find a tested Slurm: $output"
     assert_success
     assert_output_contains "ok    userns: unprivileged user namespaces work"
     assert_output_contains "ok    overlay: overlayfs mounts inside a user namespace"
@@ -31,6 +36,17 @@ test_doctor_on_a_node_reports_the_sandbox_state() {
     assert_output_contains "skip  gpus: no NVIDIA GPUs (no /dev/nvidiaN)"
     assert_output_contains "ok    hostlibs:mpi: 8 libraries present and loadable"
     assert_output_contains "ok    hostlibs:nccl: 1 libraries present and loadable"
+}
+
+# A Slurm release the suite does not run on (a fake sinfo first on PATH stands for the node's).
+test_doctor_warns_on_an_untested_slurm() {
+    local bin
+    bin=$(mktemp -d /tmp/slipway-doctor-sinfo.XXXXXX)
+    printf '#!/bin/sh\necho "slurm 23.02.7"\n' >"$bin/sinfo"
+    chmod 0755 "$bin/sinfo"
+    run_host env PATH="$bin:$PATH" "$SLIPWAY_BIN" doctor
+    rm -rf "$bin"
+    assert_output_contains "warn  slurm: slurm 23.02.7 is not a release Slipway is tested on (tested: 22.05, 24.11); fix: build the plugin against this Slurm"
 }
 
 test_doctor_names_a_dead_registry() {

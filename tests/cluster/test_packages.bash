@@ -33,6 +33,9 @@ setup_file() {
     BUILD=${SLIPWAY_BUILD_DIR:-$REPO_DIR/build}
     VERSION=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
     [[ -n $VERSION ]] || fail "no CMake build in $BUILD (set SLIPWAY_BUILD_DIR)"
+    # The packages' version: VERSION-1~deb12 (the Debian release they are for).
+    DEB_VERSION=$(sed -n 's/^SLIPWAY_DEB_VERSION:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+    [[ $DEB_VERSION == "$VERSION-1~deb"* ]] || fail "$BUILD's package version is '$DEB_VERSION'; reconfigure it"
     # From here on, every way out of this file restores the host (teardown_file does it too).
     trap restore_host EXIT
     DEBS=${SLIPWAY_DEBS_DIR:-}
@@ -70,7 +73,7 @@ test_every_package_is_installed_at_the_project_version() {
     local p
     for p in "${PACKAGES[@]}"; do
         run_host dpkg-query -W -f='${Status} ${Version}' "$p"
-        assert_output "install ok installed $VERSION-1"
+        assert_output "install ok installed $DEB_VERSION"
     done
 }
 
