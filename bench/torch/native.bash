@@ -44,7 +44,8 @@ native_ranks() {
     shift 3
     port=$(free_port)
     for ((r = 0; r < n; r++)); do
-        local pin=()
+        local pin=() prof=()
+        ((PERF)) && prof=(perf record -q -g -o "$OUT/raw/$name.perf.$r" --)
         if ((PIN)); then
             cpus=$((r * t))-$((r * t + t - 1))
             pin=(taskset -c "$cpus")
@@ -53,7 +54,7 @@ native_ranks() {
         env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
             LIBTRAIN_BOOTSTRAP=env OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t MKL_NUM_THREADS=$t \
             PYTHONPATH=$PYPATH${PYTHONPATH:+:$PYTHONPATH} ${BLAS_DIR:+LD_LIBRARY_PATH=$BLAS_DIR} $EXTRA_ENV ${LT_ENV:-} \
-            timeout 900 "${pin[@]}" "$PYTHON" "$HERE/step_bench.py" "$@" --threads "$t" \
+            timeout 900 "${pin[@]}" "${prof[@]}" "$PYTHON" "$HERE/step_bench.py" "$@" --threads "$t" \
             --out "$OUT/raw/$name.rank%r.json" >"$OUT/raw/$name.out.$r" 2>"$OUT/raw/$name.err.$r" &
         pids+=($!)
     done
