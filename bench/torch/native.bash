@@ -25,7 +25,7 @@ if ((OPENBLAS)); then  # Debian 12's python3-torch takes libblas.so.3: netlib's 
 fi
 {
     echo "date: $(date -Is)"
-    echo "mode: native, ranks: $RANKS, threads per rank: $( ((THREADS)) && echo "$THREADS" || echo "CPUs / ranks"), pinned: $PIN"
+    echo "mode: native, ranks: $RANKS, threads per rank: $( ((THREADS)) && echo "$THREADS" || echo "CPUs / ranks - $COMM_CPUS"), pinned: $PIN"
     echo "commit: $(git -C "$REPO" log -1 --format='%h %s' 2>/dev/null)"
     echo "dirty: $(git -C "$REPO" status --porcelain -- libtrain bench | wc -l) changed files under libtrain/ and bench/"
     echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $CPUS CPUs, kernel $(uname -r)"
@@ -47,7 +47,8 @@ native_ranks() {
         local pin=() prof=()
         ((PERF)) && prof=(perf record -q -g -o "$OUT/raw/$name.perf.$r" --)
         if ((PIN)); then
-            cpus=$((r * t))-$((r * t + t - 1))
+            local per=$((CPUS / n > 0 ? CPUS / n : 1))  # its share, --comm-cpus included
+            cpus=$((r * per % CPUS))-$((r * per % CPUS + per - 1))
             pin=(taskset -c "$cpus")
         fi
         # shellcheck disable=SC2086  # EXTRA_ENV and LT_ENV are lists of VAR=VALUE words
@@ -67,7 +68,7 @@ native_ranks() {
 for ((r = 1; r <= ROUNDS; r++)); do
     for n in $RANKS; do
         t=$THREADS
-        ((t > 0)) || t=$((CPUS / n > 0 ? CPUS / n : 1))
+        ((t > 0)) || t=$((CPUS / n - COMM_CPUS > 0 ? CPUS / n - COMM_CPUS : 1))
         for model in $MODELS; do
             name=r$r.1x$n.$model
             say "round $r/$ROUNDS: $n ranks x $t threads, $model ($(cut -d' ' -f1 /proc/loadavg))"

@@ -6,8 +6,8 @@
 # ResNet-18: natively on this node (--native) or on sandbox shapes through the plugin.
 
 # Usage (--help prints this):
-#   bench/torch/run.bash --native [--ranks "2 4"] [--threads N] [--pin] [--perf] [--python PATH]
-#       [--build DIR] [common options]
+#   bench/torch/run.bash --native [--ranks "2 4"] [--threads N | --comm-cpus N] [--pin] [--perf]
+#       [--python PATH] [--build DIR] [common options]
 #   bench/torch/run.bash [--shapes "1x2 2x1 4x1 2x2"] [--image REF] [--setup] [common options]
 #                                                                   (sandbox mode, as root)
 #   common: [--rounds N] [--blocks N] [--block-steps N] [--warmup N] [--models "mlp resnet18"]
@@ -15,7 +15,8 @@
 #       [--comm-only] [--openblas]
 # --native: each round launches, for each rank count and model, that many local ranks of
 # step_bench.py with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (env://), PYTHONPATH on --build's
-# libtrain (default build/), --threads torch threads per rank (default: CPUs / ranks), --pin: each
+# libtrain (default build/), --threads torch threads per rank (default: CPUs / ranks, less
+# --comm-cpus per rank left to the communication threads, at least 1), --pin: each
 # rank on its own CPUs (taskset), --perf: each under `perf record -g` (raw/*.perf.RANK);
 # --comm-only is implied. Sandbox mode needs a sandbox up (SLIPWAY_SANDBOX_INSTANCE picks which)
 # with tmpfs node directories and the torch image pushed: --setup does both; with --rounds 0 it
@@ -34,7 +35,7 @@ SANDBOX=$REPO/contrib/sandbox/slipway-sandbox
 INSTANCE=${SLIPWAY_SANDBOX_INSTANCE:-0}
 if ((INSTANCE == 0)); then SANDBOX_DIR=/var/lib/slipway-sandbox; else SANDBOX_DIR=/var/lib/slipway-sandbox-$INSTANCE; fi
 ROUNDS=3 BLOCKS=4 BLOCK_STEPS=4 WARMUP=3 SETUP=0 TIMELINE=0 OPENBLAS=0 IMAGE= EXTRA_ENV= COMM_ONLY=
-NATIVE=0 RANKS="2 4" THREADS=0 PIN=0 PERF=0 TRACE= BUILD=$REPO/build PYTHON=python3
+NATIVE=0 RANKS="2 4" THREADS=0 COMM_CPUS=0 PIN=0 PERF=0 TRACE= BUILD=$REPO/build PYTHON=python3
 [[ -x /usr/bin/python3 ]] && PYTHON=/usr/bin/python3  # Debian's python3-torch, not a pyenv shim
 SHAPES="1x2 2x1 4x1 2x2" MODELS="mlp resnet18" MODES="gloo libtrain hvd"
 OUT=/tmp/bench-torch-$(date +%Y%m%d-%H%M%S)
@@ -63,11 +64,12 @@ while (($#)); do
         --ranks) RANKS=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
         --pin) PIN=1; shift ;;
+        --comm-cpus) COMM_CPUS=$2; shift 2 ;;
         --perf) PERF=1; shift ;;
         --python) PYTHON=$2; shift 2 ;;
         --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
         --trace) TRACE=1; shift ;;
-        *) sed -n '8,28s/^# \{0,1\}//p' "$0"; exit 2 ;;
+        *) sed -n '8,29s/^# \{0,1\}//p' "$0"; exit 2 ;;
     esac
 done
 if ((NATIVE)); then
