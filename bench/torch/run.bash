@@ -3,22 +3,30 @@
 # Copyright The Slipway authors
 # bench/torch: time per PyTorch training step, DDP on Gloo against DDP on the "libtrain" backend
 # and libtrain.torch's DistributedOptimizer, for a communication-bound MLP and a compute-bound
-# ResNet-18, on sandbox shapes (nodes x tasks per node), in containers through the plugin.
+# ResNet-18: natively on this node (--native) or on sandbox shapes through the plugin.
 
-# Usage, as root (--help prints this):
-#   bench/torch/run.bash [--rounds N] [--blocks N] [--block-steps N] [--warmup N]
-#       [--shapes "1x2 2x1 4x1 2x2"] [--models "mlp resnet18"] [--modes "gloo libtrain hvd"]
-#       [--image REF] [--out DIR] [--openblas] [--timeline] [--env "VAR=VALUE ..."] [--comm-only]
-#       [--setup]
-# Needs a sandbox up (SLIPWAY_SANDBOX_INSTANCE picks which) with tmpfs node directories and the
-# torch image pushed: --setup does both (down, tmpfs on every node's /tmp and /var/tmp, up,
-# images torch); with --rounds 0 it stops there. One srun per round, shape and model runs every
-# mode block by block; the per-rank JSON records stay in --out/raw and summarize.py prints the
-# table. --openblas: the ranks load Debian 12's OpenBLAS (libopenblas0-pthread, fetched with
-# apt-get download) instead of the image's libblas.so.3, through LD_LIBRARY_PATH. --env: more
-# variables for every rank (LIBTRAIN_RING_SPIN_US=0, LIBTRAIN_TORCH_BUCKET_BYTES=..., to try a
-# setting). --comm-only: also time the gradients' allreduce alone on each DDP group (the wire
-# time without compute).
+# Usage (--help prints this):
+#   bench/torch/run.bash --native [--ranks "2 4"] [--threads N | --comm-cpus N] [--pin] [--perf]
+#       [--python PATH] [--build DIR] [common options]
+#   bench/torch/run.bash [--shapes "1x2 2x1 4x1 2x2"] [--image REF] [--setup] [common options]
+#                                                                   (sandbox mode, as root)
+#   common: [--rounds N] [--blocks N] [--block-steps N] [--warmup N] [--models "mlp resnet18"]
+#       [--modes "gloo libtrain hvd"] [--out DIR] [--timeline] [--trace] [--env "VAR=VALUE ..."]
+#       [--comm-only] [--openblas]
+# --native: each round launches, for each rank count and model, that many local ranks of
+# step_bench.py with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (env://), PYTHONPATH on --build's
+# libtrain (default build/), --threads torch threads per rank (default: CPUs / ranks, less
+# --comm-cpus per rank left to the communication threads, at least 1), --pin: each
+# rank on its own CPUs (taskset), --perf: each under `perf record -g` (raw/*.perf.RANK);
+# --comm-only is implied. Sandbox mode needs a sandbox up (SLIPWAY_SANDBOX_INSTANCE picks which)
+# with tmpfs node directories and the torch image pushed: --setup does both; with --rounds 0 it
+# stops there. One srun per round, shape and model.
+# Every mode runs block by block in one process; the per-rank JSON records stay in --out/raw and
+# summarize.py prints the table. --openblas: the ranks load Debian 12's OpenBLAS (apt-get download)
+# instead of the image's or the host's libblas.so.3 (netlib's, unless an optimised one is
+# installed). --env: more variables for every rank (LIBTRAIN_RING_SPIN_US=0, ...). --comm-only:
+# also time the gradients' allreduce alone on each DDP group. --trace: a timeline of every step's
+# phases, buckets and collectives per rank (summarize.py prints where the time goes).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,6 +35,8 @@ SANDBOX=$REPO/contrib/sandbox/slipway-sandbox
 INSTANCE=${SLIPWAY_SANDBOX_INSTANCE:-0}
 if ((INSTANCE == 0)); then SANDBOX_DIR=/var/lib/slipway-sandbox; else SANDBOX_DIR=/var/lib/slipway-sandbox-$INSTANCE; fi
 ROUNDS=3 BLOCKS=4 BLOCK_STEPS=4 WARMUP=3 SETUP=0 TIMELINE=0 OPENBLAS=0 IMAGE= EXTRA_ENV= COMM_ONLY=
+NATIVE=0 RANKS="2 4" THREADS=0 COMM_CPUS=0 PIN=0 PERF=0 TRACE= BUILD=$REPO/build PYTHON=python3
+[[ -x /usr/bin/python3 ]] && PYTHON=/usr/bin/python3  # Debian's python3-torch, not a pyenv shim
 SHAPES="1x2 2x1 4x1 2x2" MODELS="mlp resnet18" MODES="gloo libtrain hvd"
 OUT=/tmp/bench-torch-$(date +%Y%m%d-%H%M%S)
 JOB_USER=slwuser
@@ -50,9 +60,23 @@ while (($#)); do
         --env) EXTRA_ENV=$2; shift 2 ;;
         --comm-only) COMM_ONLY=--comm-only; shift ;;
         --setup) SETUP=1; shift ;;
-        *) sed -n '8,23s/^# \{0,1\}//p' "$0"; exit 2 ;;
+        --native) NATIVE=1; shift ;;
+        --ranks) RANKS=$2; shift 2 ;;
+        --threads) THREADS=$2; shift 2 ;;
+        --pin) PIN=1; shift ;;
+        --comm-cpus) COMM_CPUS=$2; shift 2 ;;
+        --perf) PERF=1; shift ;;
+        --python) PYTHON=$2; shift 2 ;;
+        --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
+        --trace) TRACE=1; shift ;;
+        *) sed -n '8,29s/^# \{0,1\}//p' "$0"; exit 2 ;;
     esac
 done
+if ((NATIVE)); then
+    # shellcheck source=bench/torch/native.bash
+    source "$HERE/native.bash"
+    exit
+fi
 [[ $EUID -eq 0 ]] || die "run as root (it drives the sandbox; the jobs run as $JOB_USER)"
 
 nodes_needed=0
@@ -146,7 +170,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
             ((TIMELINE)) && LT_ENV="LIBTRAIN_TIMELINE=/bench/$name.timeline.%r.json"
             srun_in "$n" "$t" python3 /bench/step_bench.py --model "$model" --modes "${MODES// /,}" \
                 --blocks "$BLOCKS" --block-steps "$BLOCK_STEPS" --warmup "$WARMUP" --threads 1 $COMM_ONLY \
-                --tag "$r $shape" --out "/bench/$name.rank%r.json" >"$OUT/raw/$name.out" 2>"$OUT/raw/$name.err" ||
+                --tag "$r $shape" ${TRACE:+--trace} --out "/bench/$name.rank%r.json" >"$OUT/raw/$name.out" 2>"$OUT/raw/$name.err" ||
                 say "$name exited with an error (see $OUT/raw/$name.err)"
             mv "$WORK/$name".rank*.json "$OUT/raw/" 2>/dev/null || say "$name: no rank wrote its record"
         done

@@ -35,6 +35,10 @@ def parse_args():
     p.add_argument("--comm-only", action="store_true",
                    help="also time, in every block, allreduces of the gradients' size alone (no compute) "
                         "in 25 MB pieces on each DDP mode's group: the wire time without CPU contention")
+    p.add_argument("--trace", action="store_true",
+                   help="record a timeline of every timed step (phases; DDP buckets ready and reduced, "
+                        "through a comm hook that does what DDP's default does; libtrain.torch's bucket "
+                        "launches and waits) into the record: where the time goes (summarize.py)")
     p.add_argument("--tag", default="", help="copied into the record")
     p.add_argument("--out", default="", help="the record's file, %%r replaced by the rank (default: stdout)")
     args = p.parse_args()
@@ -68,12 +72,88 @@ def make_optimizer(params):
     return torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
-def run_steps(net, opt, x, y, n, times, phases, cpu):
+class Tracer:
+    """--trace: per timed step, the phases and the communication events (perf_counter seconds,
+    kept relative to the step's start). `events` collects (kind, bucket, time) tuples while a
+    step runs; hooks from other threads append to it too (list.append is atomic)."""
+
+    def __init__(self):
+        self.on, self.events, self.steps = False, [], {}
+
+    def now(self, kind, bucket=-1):
+        if self.on:
+            self.events.append((kind, bucket, time.perf_counter()))
+
+    def step(self, mode, t0, t1, t2, t3):
+        if self.on:
+            ev = [(k, b, round(1e3 * (t - t0), 3)) for k, b, t in self.events]
+            self.steps.setdefault(mode, []).append(
+                {"fwd": round(1e3 * (t1 - t0), 3), "bwd": round(1e3 * (t2 - t0), 3),
+                 "end": round(1e3 * (t3 - t0), 3), "events": ev})
+        self.events = []
+
+
+TRACER = Tracer()
+
+
+def traced_hook(group, size, name):
+    """A DDP communication hook doing what DDP's default does (divide the bucket by the world
+    size, allreduce it on the group) that records when each bucket is ready and when its
+    allreduce's future completes."""
+    def hook(state, bucket):
+        index = bucket.index()
+        TRACER.now("ready", index)
+        fut = dist.all_reduce(bucket.buffer().div_(size), group=group, async_op=True).get_future()
+
+        def done(f):
+            TRACER.now("done", index)
+            return f.value()[0]
+        return fut.then(done)
+    return hook
+
+
+def trace_libtrain():
+    """Records, in the libtrain backend, when the completion thread sees a collective finished
+    and when it completes the work's future; in libtrain.torch, when a bucket's allreduce is
+    launched and how long step() waits for it."""
+    from libtrain.torch import _backend, _ops
+    complete, resolve = _backend._Work._complete, _backend._Work._resolve
+
+    def traced_complete(work):
+        complete(work)
+        TRACER.now("collective-end")
+
+    def traced_resolve(work):
+        TRACER.now("resolve")
+        resolve(work)
+    _backend._Work._complete, _backend._Work._resolve = traced_complete, traced_resolve
+    start = _ops.start_allreduce
+
+    class Traced:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def wait(self):
+            TRACER.now("wait-done-already" if self.handle.is_done() else "wait")
+            self.handle.wait()
+            TRACER.now("waited")
+
+        def is_done(self):
+            return self.handle.is_done()
+
+    def traced_start(buf, op, name, comm=None):
+        TRACER.now("launch")
+        return Traced(start(buf, op, name, comm))
+    _ops.start_allreduce = traced_start
+
+
+def run_steps(net, opt, x, y, n, times, phases, cpu, mode=""):
     """n training steps; appends each one's duration to `times`, its (forward, backward,
     optimizer step) durations to `phases` (where DDP waits in backward, the
     DistributedOptimizer in step()), and the CPU time all of this process's threads used to `cpu`
     (communication threads, spinning waiters and copies included)."""
     for _ in range(n):
+        TRACER.events = []
         c0 = time.process_time()
         t0 = time.perf_counter()
         opt.zero_grad()  # 1.13: zeroes in place (set_to_none=False), as most scripts do
@@ -85,6 +165,7 @@ def run_steps(net, opt, x, y, n, times, phases, cpu):
         t3 = time.perf_counter()
         times.append(t3 - t0)
         phases.append((t1 - t0, t2 - t1, t3 - t2))
+        TRACER.step(mode, t0, t1, t2, t3)
         cpu.append(time.process_time() - c0)
 
 
@@ -159,9 +240,13 @@ def main():
             opt = make_optimizer(net.parameters())
         else:
             net = nn.parallel.DistributedDataParallel(model, process_group=groups[mode])
+            if args.trace:
+                net.register_comm_hook(None, traced_hook(groups[mode], size, mode))
             opt = make_optimizer(net.parameters())
         runs[mode] = (model, net, opt)
 
+    if args.trace and ("libtrain" in args.modes or "hvd" in args.modes):
+        trace_libtrain()
     order = list(runs)
     times = {m: [] for m in order}
     phases = {m: [] for m in order}
@@ -184,7 +269,7 @@ def main():
                 ph.append((0.0, t[-1], 0.0))
                 c.append(time.process_time() - c0)
         else:
-            run_steps(runs[mode][1], runs[mode][2], x, y, n, t, ph, c)
+            run_steps(runs[mode][1], runs[mode][2], x, y, n, t, ph, c, mode)
     for mode in order:  # warm-up: DDP rebuilds its buckets after the first step, hooks register...
         barrier()
         run(mode, args.warmup, [], [], [])
@@ -192,7 +277,9 @@ def main():
         for k in range(len(order)):
             mode = order[(k + b) % len(order)]  # the order turns every block
             barrier()  # every rank starts the block together (compute-only steps included)
+            TRACER.on = args.trace
             run(mode, args.block_steps, times[mode], phases[mode], cpu[mode])
+            TRACER.on = False
     barrier()
 
     # Same weights on every rank, or the communication did not happen: summarize.py compares.
@@ -204,6 +291,8 @@ def main():
            "phases_ms": {m: [round(1e3 * statistics.median(v), 1) for v in zip(*ph)] for m, ph in phases.items()},
            "cpu_ms": {m: round(1e3 * statistics.median(v), 1) for m, v in cpu.items()},
            "checksum": checksum, "torch": torch.__version__, "blas": blas_library()}
+    if args.trace:
+        rec["trace"] = TRACER.steps
     # A file per rank: srun forwards the ranks' stdout in chunks that can interleave mid-line.
     if args.out:
         path = args.out.replace("%r", str(rank))

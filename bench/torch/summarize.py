@@ -39,6 +39,65 @@ def per_step_max(recs, mode):
     return statistics.median(max(s) for s in zip(*(rec["steps"][mode] for rec in recs)))
 
 
+def trace_row(steps):
+    """Where one mode's step goes (run.bash --trace), ms from the step's start, medians over
+    steps: forward end, backward end, step end; first and last bucket handed to the backend
+    (DDP's hook, libtrain.torch's launch); last bucket reduced (the future completed, or the wait
+    in step() over); the tail (last reduced - last handed over: communication nothing overlaps);
+    the wait in step(); the backend's completion latency (collective over -> future completed)."""
+    def med(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    def times(step, *kinds):
+        return [t for k, _, t in step["events"] if k in kinds]
+
+    def last(values):
+        return max(values) if values else None
+
+    rows = {"forward": med(s["fwd"] for s in steps), "backward": med(s["bwd"] for s in steps),
+            "step": med(s["end"] for s in steps)}
+    handed = [times(s, "ready", "launch") for s in steps]
+    reduced = [times(s, "done", "waited") for s in steps]
+    rows["first bucket"] = med(min(h) if h else None for h in handed)
+    rows["last bucket"] = med(last(h) for h in handed)
+    rows["last reduced"] = med(last(r) for r in reduced)
+    rows["tail"] = med(last(r) - last(h) if h and r else None for h, r in zip(handed, reduced))
+    waits = []
+    for s in steps:  # each blocking "wait" ends at the next "waited"
+        total, start = 0.0, None
+        for k, _, t in s["events"]:
+            if k == "wait":
+                start = t
+            elif k == "waited" and start is not None:
+                total, start = total + t - start, None
+        waits.append(total)
+    rows["wait in step()"] = med(waits) if any(times(s, "launch") for s in steps) else None
+    lag = [d - c for s in steps for c, d in zip(times(s, "collective-end"), times(s, "resolve"))]
+    rows["completion lag"] = med(lag)
+    return rows
+
+
+def print_trace(runs, models, shapes):
+    print("\nwhere the time goes (--trace), ms from the step's start, median over ranks, steps and rounds; "
+          "DDP modes through a comm hook that does what DDP's default does:")
+    cols = ["forward", "backward", "step", "first bucket", "last bucket", "last reduced", "tail",
+            "wait in step()", "completion lag"]
+    print("| model | shape | mode | " + " | ".join(cols) + " |")
+    print("|---|---|---|" + "---:|" * len(cols))
+    for model in models:
+        for shape in shapes:
+            mine = [rec for (r, sh, m), v in sorted(runs.items()) if sh == shape and m == model
+                    for rec in v if "trace" in rec]
+            for mode in list(REFERENCE_LABEL) + list(MODE_LABEL):
+                steps = [s for rec in mine for s in rec["trace"].get(mode, [])]
+                if not steps:
+                    continue
+                row = trace_row(steps)
+                cells = ["" if row[c] is None else f"{row[c]:.1f}" for c in cols]
+                print(f"| {MODEL_LABEL[model]} | {shape} | {LABEL[mode]} | " + " | ".join(cells) + " |")
+
+
 def main():
     out = sys.argv[1]
     runs, failed = load(out)
@@ -142,6 +201,9 @@ def main():
                                                 for i in range(3))
                         for m in list(REFERENCE_LABEL) + modes if m in recs[0]["phases_ms"])
         print(f"  {model} {shape}: {row}")
+
+    if any("trace" in rec for rec in recs):
+        print_trace(runs, models, shapes)
 
     print()
     for model in models:

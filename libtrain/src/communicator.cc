@@ -129,7 +129,7 @@ class Communicator::Worker {
 // Bounds of the settings below (env.h words the errors). Byte counts stay far below kAuto.
 constexpr uint64_t kMaxBytes = uint64_t{1} << 40;
 constexpr uint64_t kMinShmChunk = 4096, kMaxShmChunk = uint64_t{1} << 30;
-constexpr uint64_t kMaxShmYieldUs = 60'000'000, kMaxRingSpinUs = 1'000'000;
+constexpr uint64_t kMaxShmYieldUs = 60'000'000, kMaxRingSpinUs = 1'000'000, kMaxComputeThreads = 1 << 16;
 
 CommunicatorOptions CommunicatorOptions::from_env() {
   using detail::env_whole;
@@ -143,6 +143,7 @@ CommunicatorOptions CommunicatorOptions::from_env() {
   o.ring_spin_us = static_cast<int64_t>(
       env_whole("LIBTRAIN_RING_SPIN_US", static_cast<uint64_t>(o.ring_spin_us), 0, kMaxRingSpinUs, "microseconds"));
   o.cma_min_bytes = env_whole("LIBTRAIN_CMA_MIN", o.cma_min_bytes, 0, kMaxBytes, "bytes");
+  o.compute_threads = static_cast<int>(env_whole("LIBTRAIN_COMPUTE_THREADS", 0, 0, kMaxComputeThreads, "threads"));
   return o;
 }
 

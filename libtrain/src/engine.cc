@@ -76,7 +76,7 @@ void Communicator::Engine::connect(Store& store) {
   if (shm_) shm_->set_identity(local_ranks_, nodes_[static_cast<size_t>(topo_.rank)]);
   if (shm_)
     shm_->wait_attached({opts_.shm_chunk_bytes, opts_.shm_one_phase_bytes, opts_.shm_yield_us,
-                         opts_.cma_min_bytes});
+                         opts_.compute_threads, opts_.cma_min_bytes});
 }
 
 size_t Communicator::Engine::slot_bytes() const {

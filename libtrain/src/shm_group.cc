@@ -153,6 +153,11 @@ void ShmGroup::wait_attached(const ShmTuning& tuning) {
                      : oversubscribed_                  ? 0
                                                         : kAutoOnePhase;
   yield_ = std::chrono::microseconds(tuning.yield_us);
+  // Only this rank's waiting depends on it, so the ranks need not agree (their thread counts may
+  // differ): the chunk sizes above, which must agree, stay on oversubscribed_.
+  shares_cpus_ = oversubscribed_ ||
+                 (tuning.compute_threads > 0 &&
+                  static_cast<int64_t>(size_) * (tuning.compute_threads + 1) > cpus_);
   cma_min_bytes_ = tuning.cma_min_bytes;
   probe_cma(cma_min_bytes_ > 0);
 }
@@ -163,7 +168,8 @@ void ShmGroup::find_oversubscription() {
   cpu_set_t all;
   CPU_ZERO(&all);
   for (int j = 0; j < size_; ++j) CPU_OR(&all, &all, &hdr_->cpus[j]);
-  oversubscribed_ = size_ > CPU_COUNT(&all);
+  cpus_ = CPU_COUNT(&all);
+  oversubscribed_ = size_ > cpus_;
 }
 
 // Every rank reads a known word from every peer; CMA is used only if all of them could (the
@@ -269,13 +275,13 @@ void ShmGroup::check_peers() {
     if (i != rank_ && is_dead(hdr_->pids[i])) throw_dead(i);
 }
 
-// Not oversubscribed: spin briefly, then sleep. Oversubscribed, spinning would steal the CPU the
-// awaited rank needs, and a futex sleep costs every waiter a wake-up syscall and two context
+// CPUs to spare: spin briefly, then sleep. Shared (shares_cpus()), spinning would steal the CPU the
+// awaited rank or this rank's own compute threads need (measured: bench/torch/README.md), and a futex sleep costs every waiter a wake-up syscall and two context
 // switches per barrier, which dominated small collectives with 4 ranks on 2 CPUs: yield the CPU
 // instead (as OpenMPI's mpi_yield_when_idle does) for up to yield_, then sleep.
 void ShmGroup::wait_generation(uint32_t gen) {
   auto passed = [&] { return hdr_->generation.load(std::memory_order_acquire) != gen; };
-  for (int i = 0, limit = oversubscribed_ ? 0 : kSpins; i < limit; ++i) {
+  for (int i = 0, limit = shares_cpus_ ? 0 : kSpins; i < limit; ++i) {
     if (passed()) return;
 #if defined(__x86_64__)
     __builtin_ia32_pause();
@@ -283,7 +289,7 @@ void ShmGroup::wait_generation(uint32_t gen) {
   }
   auto now = Clock::now();
   auto deadline = now + std::chrono::duration_cast<Clock::duration>(timeout_);
-  auto yield_until = oversubscribed_ ? now + yield_ : now;
+  auto yield_until = shares_cpus_ ? now + yield_ : now;
   auto next_check = now + std::chrono::nanoseconds(kSleepNs);
   int idle_yields = 0;
   bool extended = false;

@@ -38,6 +38,7 @@ struct ShmTuning {
   size_t chunk_bytes = 0;      // kAuto: the slot, 256 KiB when oversubscribed
   size_t one_phase_bytes = 0;  // kAuto: 16 KiB, 0 when oversubscribed
   int64_t yield_us = 0;        // oversubscribed only: sched_yield this long before the futex
+  int compute_threads = 0;     // threads this rank computes with beside libtrain's (0: unknown)
   size_t cma_min_bytes = 0;    // 0: never CMA
 };
 
@@ -57,6 +58,11 @@ class ShmGroup {
   // waiting strategy and the automatic one-phase size, and probes CMA to every peer (when
   // `cma_min_bytes` > 0); collectives of at least that many bytes use it when all ranks can.
   void wait_attached(const ShmTuning& tuning);
+
+  // Whether a waiting rank gives its CPU away instead of spinning: the ranks outnumber their
+  // CPUs, or would with each rank's compute threads (ShmTuning::compute_threads) counted, so a
+  // spinning waiter takes the CPU of a compute thread (set by wait_attached).
+  bool shares_cpus() const { return shares_cpus_; }
 
   // Publishes my header; the next barrier() checks every rank's and throws MismatchError (on
   // every rank) when any differs. finish() runs that barrier if the collective moved no data.
@@ -116,6 +122,8 @@ class ShmGroup {
   const OpHeader* pending_ = nullptr;
   size_t one_phase_bytes_ = 0;  // set by wait_attached
   bool oversubscribed_ = false;
+  bool shares_cpus_ = false;
+  int cpus_ = 0;  // the CPUs the node's ranks may run on (the union of their masks)
   std::chrono::microseconds yield_{0};
   bool use_cma_ = false;
   size_t cma_min_bytes_ = 0;

@@ -42,6 +42,11 @@ struct CommunicatorOptions {
   // LIBTRAIN_RING_SPIN_US: a leader waiting on its ring sockets polls (yielding its CPU between
   // polls) for up to this long before it sleeps in poll(2) (a woken thread starts late on VMs).
   int64_t ring_spin_us = 2000;
+  // LIBTRAIN_COMPUTE_THREADS: threads each rank computes with beside libtrain's (torch's intra-op
+  // threads; libtrain.torch passes torch.get_num_threads()). 0: unknown. When the node's ranks
+  // times (these + libtrain's thread) outnumber their CPUs, waiters in the node yield their CPU
+  // instead of spinning (as when the ranks alone outnumber them).
+  int compute_threads = 0;
   size_t cma_min_bytes = 0;  // LIBTRAIN_CMA_MIN: in-node collectives from this size read peers'
                              // buffers with process_vm_readv; 0 = never (the default: slower
                              // than the cache-resident slots where measured, bench/allreduce)

@@ -97,7 +97,7 @@ END_TEST
 START_TEST(every_setting_rejects_malformed_values) {
   const char* const options[] = {"LIBTRAIN_SHM_CHUNK",    "LIBTRAIN_SHM_ONE_PHASE", "LIBTRAIN_SHM_YIELD_US",
                                  "LIBTRAIN_RING_WHOLE",   "LIBTRAIN_RING_SPIN_US",  "LIBTRAIN_CMA_MIN",
-                                 "LIBTRAIN_TIMEOUT"};
+                                 "LIBTRAIN_COMPUTE_THREADS", "LIBTRAIN_TIMEOUT"};
   for (const char* name : options) {
     for (const char* bad : kMalformed) {
       if (std::string(name) == "LIBTRAIN_TIMEOUT" && (std::string(bad) == "1.5" || std::string(bad) == "1e3"))
@@ -119,7 +119,11 @@ START_TEST(every_setting_rejects_malformed_values) {
   CommunicatorOptions d = CommunicatorOptions::from_env();
   ck_assert_uint_eq(d.shm_chunk_bytes, kAuto);
   ck_assert_int_eq(d.shm_yield_us, 20000);
+  ck_assert_int_eq(d.compute_threads, 0);
   ck_assert(d.timeout.count() == 300.0);
+  setenv("LIBTRAIN_COMPUTE_THREADS", "8", 1);
+  ck_assert_int_eq(CommunicatorOptions::from_env().compute_threads, 8);
+  unsetenv("LIBTRAIN_COMPUTE_THREADS");
 }
 END_TEST
 

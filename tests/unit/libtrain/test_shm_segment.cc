@@ -6,12 +6,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
 
+#include "libtrain/communicator.h"
 #include "libtrain/errors.h"
 #include "shm_group.h"
 // check.h last: it defines macros (fail) that clash with <ios>.
@@ -116,6 +118,25 @@ START_TEST(bad_local_ranks_are_rejected) {
 }
 END_TEST
 
+// A rank that computes with threads of its own shares its CPUs with them: with one CPU, a group
+// of one rank is not oversubscribed by its ranks, but is once its compute thread counts, and its
+// waiters then yield instead of spinning (ShmGroup::shares_cpus).
+START_TEST(compute_threads_count_in_the_cpus_shared) {
+  cpu_set_t saved, one;
+  ck_assert_int_eq(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+  for (int threads : {0, 1, 7}) {
+    ShmGroup g(ShmGroup::create_name(), true, 0, 1, kSlot, Seconds(1));
+    g.wait_attached({kAuto, kAuto, 0, threads, 0});
+    ck_assert_msg(g.shares_cpus() == (threads > 0), "%d compute threads: shares_cpus() %d", threads,
+                  g.shares_cpus());
+  }
+  ck_assert_int_eq(sched_setaffinity(0, sizeof(saved), &saved), 0);
+}
+END_TEST
+
 Suite* make_suite(void) {
   Suite* s = suite_create("libtrain_shm_segment");
   TCase* tc = tcase_create("segment");
@@ -125,6 +146,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, joining_a_segment_of_another_size_is_an_error);
   tcase_add_test(tc, creating_an_existing_name_fails_and_keeps_it);
   tcase_add_test(tc, bad_local_ranks_are_rejected);
+  tcase_add_test(tc, compute_threads_count_in_the_cpus_shared);
   suite_add_tcase(s, tc);
   return s;
 }

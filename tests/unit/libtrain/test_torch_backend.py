@@ -33,6 +33,9 @@ if not dist.is_initialized():
     dist.init_process_group(backend)  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 r, n = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == backend, dist.get_backend()
+if backend == "libtrain":  # the group's waiters know the CPUs torch computes on are taken
+    assert os.environ.get("LIBTRAIN_COMPUTE_THREADS") == str(torch.get_num_threads()), \
+        os.environ.get("LIBTRAIN_COMPUTE_THREADS")
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64]
 
 
@@ -440,6 +443,7 @@ def run(scenario, nranks, tmp, deadline=60):
                    MASTER_PORT=str(port), LIBTRAIN_TIMEOUT=str(TIMEOUT),
                    LIBTRAIN_NODE=f"fake-node-{r * 2 // nranks}", OMP_NUM_THREADS="1")
         env.pop("LIBTRAIN_BOOTSTRAP", None)
+        env.pop("LIBTRAIN_COMPUTE_THREADS", None)  # libtrain.torch sets it (checked above)
         procs.append(subprocess.Popen([sys.executable, "-c", RANK_CODE, scenario, out_dir], env=env))
     start = time.monotonic()
     codes = []

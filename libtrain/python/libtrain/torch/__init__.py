@@ -28,7 +28,7 @@ from ._ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather
                    broadcast_async, broadcast_async_, grouped_allreduce, join, poll, synchronize)
 from ._optimizer import DistributedOptimizer
 from ._sync_batch_norm import SyncBatchNorm
-from . import _backend, _compat  # _backend registers torch.distributed backend "libtrain"
+from . import _backend, _compat, _ops  # _backend registers torch.distributed backend "libtrain"
 
 HorovodInternalError = Error
 
@@ -56,6 +56,7 @@ def init(comm=None, process_sets=None):
         raise NotImplementedError("libtrain.torch: init() takes no MPI communicator or process sets")
     if is_initialized():
         return
+    _ops.note_compute_threads()
     shared = _torch_rendezvous()
     if shared is None:
         _init()

@@ -272,6 +272,7 @@ def _make_communicator(store, rank, size, timeout):
     if (not os.environ.get("LIBTRAIN_TIMEOUT") and isinstance(timeout, datetime.timedelta)
             and timeout != default and timeout.total_seconds() > 0):
         seconds = timeout.total_seconds()
+    _ops.note_compute_threads()
     return _libtrain.Communicator(_StoreAdapter(store), rank, size, prefix="libtrain/c10d",
                                   timeout_seconds=seconds)
 

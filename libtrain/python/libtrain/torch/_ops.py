@@ -9,6 +9,7 @@ copy nothing. A non-contiguous tensor goes through a contiguous copy. CUDA tenso
 libtrain's NCCL communicator when the build has one.
 """
 import itertools
+import os
 import threading
 import time
 
@@ -33,6 +34,13 @@ _DTYPES = {
 
 def _world():
     return Communicator.world()
+
+
+def note_compute_threads():
+    """Tells the communicators about to be formed how many threads torch computes with
+    (LIBTRAIN_COMPUTE_THREADS, unless set): where the node's ranks with their threads outnumber
+    its CPUs, libtrain's waiters then yield instead of spinning on a compute thread's CPU."""
+    os.environ.setdefault("LIBTRAIN_COMPUTE_THREADS", str(torch.get_num_threads()))
 
 
 def dtype_name(tensor):
