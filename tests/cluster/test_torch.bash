@@ -5,7 +5,8 @@
 # the libtrain backend from env:// ends with bitwise identical weights on all 8 ranks; a Horovod
 # script on libtrain.torch reaches the accuracy of one process with the same global batch; a rank
 # killed mid-run makes every other rank raise a libtrain error within LIBTRAIN_TIMEOUT: never a hang;
-# torch.distributed and libtrain.torch in one script without PMIx, in either order. The cases
+# torch.distributed and libtrain.torch in one script without PMIx, in either order; one torchrun
+# per node (python3 -m libtrain.torch.run) on libtrain and on Gloo. The cases
 # through the plugin run again on PyTorch 2.6 (the `torch-trixie` image, issue 26): each test
 # names its image with on_image; the default is `torch` (PyTorch 1.13).
 
