@@ -377,8 +377,9 @@ def check_p2p():
     elif r == 1:
         e = expect_raise(lambda: dist.recv(torch.ones(4), 0), libtrain.MismatchError, "recv size")
         assert "12 bytes for a tensor of 16" in str(e), e
+    # PyTorch 2.x refuses it before the backend sees it, in its own words
     e = expect_raise(lambda: dist.send(torch.ones(1), r), ValueError, "send to itself")
-    assert "peer" in str(e), e
+    assert "rank" in str(e), e
     dist.barrier()
 
 
