@@ -357,7 +357,8 @@ def check_p2p():
     # isend/irecv: receives posted first, several in flight; tags keep the messages apart.
     a, b, strided = torch.zeros(3), torch.zeros(3), torch.zeros(4, 2)[:, 0]
     reqs = [dist.irecv(a, prev, tag=1), dist.irecv(b, prev, tag=2), dist.irecv(strided, nxt)]
-    reqs += [dist.isend(torch.full((3,), 2.0 * r), nxt, tag=2), dist.isend(torch.full((3,), 1.0 * r), nxt, tag=1),
+    reqs += [dist.isend(torch.full((3,), 2.0 * r), nxt, tag=2),
+             dist.isend(torch.full((3,), 1.0 * r), nxt, tag=1),
              dist.isend(torch.full((4,), float(r)), prev), dist.isend(torch.empty(0), nxt, tag=3)]
     empty = torch.empty(0)
     dist.recv(empty, prev, tag=3)

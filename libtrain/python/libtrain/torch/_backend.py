@@ -713,7 +713,8 @@ class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE 
         return work
 
     def recv(self, tensors, src, tag=0):
-        """Completed by a thread of the sender's once the message is in the store."""
+        """Completed, once the message is in the store, by a thread that serves this sender's
+        messages only (a receive from one rank never waits behind one from another)."""
         t = _one(tensors, "recv")
         self._check_peer(src, "recv")
         dst = _Buf(t, copy_in=False)
@@ -722,7 +723,8 @@ class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE 
 
         def finish():
             if message.data:
-                dst.buf.reshape(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(message.data), dtype=torch.uint8))
+                data = torch.frombuffer(bytearray(message.data), dtype=torch.uint8)
+                dst.buf.reshape(-1).view(torch.uint8).copy_(data)
             dst.copy_back()
         work = _RecvWork([message], finish, [t], src)
         if src not in self._p2p_completers:
