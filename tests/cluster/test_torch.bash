@@ -5,7 +5,8 @@
 # the libtrain backend from env:// ends with bitwise identical weights on all 8 ranks; a Horovod
 # script on libtrain.torch reaches the accuracy of one process with the same global batch; a rank
 # killed mid-run makes every other rank raise a libtrain error within LIBTRAIN_TIMEOUT: never a hang;
-# torch.distributed and libtrain.torch in one script without PMIx, in either order. The cases
+# torch.distributed and libtrain.torch in one script without PMIx, in either order; one torchrun
+# per node (python3 -m libtrain.torch.run) on libtrain and on Gloo. The cases
 # through the plugin run again on PyTorch 2.6 (the `torch-trixie` image, issue 26): each test
 # names its image with on_image; the default is `torch` (PyTorch 1.13).
 
@@ -279,41 +280,36 @@ test_horovod_script_on_8_ranks_matches_one_process_on_pytorch_2_6() { on_image t
 test_rank_that_dies_makes_every_rank_raise_on_pytorch_2_6() { on_image torch-trixie; rank_that_dies plugin; }
 test_rank_killed_from_outside_makes_every_rank_raise_on_pytorch_2_6() { on_image torch-trixie; rank_killed_from_outside plugin; }
 
-# torchrun launched by srun, one per node (2 workers each), rendezvousing over c10d at the first
-# node's MASTER_ADDR:MASTER_PORT (the plugin sets them; srun's ranks here are the 4 torchruns),
-# the workers on the libtrain backend: every one of the 8 prints the sum over all 8.
-readonly TORCHRUN_WORKER='import os, torch, torch.distributed as dist, libtrain.torch
-dist.init_process_group("libtrain")
+# torchrun launched by srun, one per node (2 workers each), through libtrain's torchrun
+# (python3 -m libtrain.torch.run: torchrun with the fixes PyTorch 1.13 under Python 3.11 and a
+# PyTorch without libuv need), rendezvousing over c10d at the first node's MASTER_ADDR:MASTER_PORT
+# (the plugin sets them; srun's ranks here are the 4 torchruns, whose RANK, WORLD_SIZE... the
+# workers must not keep), in the spellings every version takes: every one of the 8 workers, on
+# the backend named, prints the sum over all 8.
+readonly TORCHRUN_WORKER='import os, sys, torch, torch.distributed as dist, libtrain.torch
+dist.init_process_group(sys.argv[1])
 r, n = dist.get_rank(), dist.get_world_size()
 t = torch.full((3,), float(r + 1)); dist.all_reduce(t)
 local = os.environ["LOCAL_RANK"]
 print(f"torchrun worker {r}/{n} local {local} sum {t[0]:.0f}", flush=True)
 dist.destroy_process_group()'
 
-readonly TORCHRUN_PROBE='import torch, torch.distributed as dist
-try:
-    dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False); store = "store ok"
-except RuntimeError as e:
-    store = "store fails: " + str(e).splitlines()[0]
-print("torch", torch.__version__, store)'
-
-test_torchrun_per_node_under_srun_on_libtrain_through_the_plugin() {
+# torchrun_per_node BACKEND: the case above on this test's image.
+torchrun_per_node() {
     local r
     in_torch plugin --container-mounts="$CKPT_DIR:/ckpt"
-    run_job srun -N1 -n1 "${IN_TORCH[@]}" python3 -c "$TORCHRUN_PROBE"
-    assert_success
-    # PyTorch 1.13's torchrun cannot start workers under Python 3.11 (its Std.from_str returns
-    # None for every --redirects/--tee value), and a PyTorch built without libuv (Debian 13's 2.6)
-    # cannot start torchrun's rendezvous store (it asks for libuv whatever USE_LIBUV says).
-    [[ $output == *"torch 1."* ]] && skip "torchrun of PyTorch 1.13 does not start under Python 3.11 ($output)"
-    [[ $output == *"store fails"* ]] && skip "torchrun cannot start its store on this PyTorch ($output)"
     printf '%s\n' "$TORCHRUN_WORKER" >"$CKPT_DIR/torchrun_worker.py"
     # shellcheck disable=SC2016
     run_job env LIBTRAIN_TIMEOUT=30 srun --mpi=none -N4 --ntasks-per-node=1 -K "${IN_TORCH[@]}" sh -c \
-        'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=2 --rdzv-backend=c10d \
-            --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="slipway-$SLURM_JOB_ID" /ckpt/torchrun_worker.py'
+        'exec python3 -m libtrain.torch.run --nnodes=4 --nproc_per_node=2 --rdzv_backend=c10d \
+            --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="slipway-$SLURM_JOB_ID" \
+            /ckpt/torchrun_worker.py "$0"' "$1"
     assert_success
     for r in 0 1 2 3 4 5 6 7; do
         assert_output_contains "torchrun worker $r/8 local $((r % 2)) sum 36"
     done
 }
+
+test_torchrun_per_node_under_srun_on_libtrain_through_the_plugin() { torchrun_per_node libtrain; }
+test_torchrun_per_node_under_srun_on_libtrain_on_pytorch_2_6() { on_image torch-trixie; torchrun_per_node libtrain; }
+test_torchrun_per_node_under_srun_on_gloo_on_pytorch_2_6() { on_image torch-trixie; torchrun_per_node gloo; }

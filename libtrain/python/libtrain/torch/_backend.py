@@ -3,13 +3,15 @@
 # The torch.distributed backend "libtrain": importing libtrain.torch registers it, and then
 # init_process_group("libtrain") (env://, tcp://, file:// or a store, as for Gloo) gives DDP and the
 # direct collectives (all_reduce, broadcast, all_gather, reduce_scatter, barrier, reduce, gather,
-# scatter, all_to_all) on a libtrain Communicator built over the store c10d hands the backend.
+# scatter, all_to_all) on a libtrain Communicator built over the store c10d hands the backend;
+# send/recv (isend, irecv, batch_isend_irecv) pass their bytes through that store.
 # Differences from Gloo are listed in README.md ("Training with PyTorch").
 import collections
 import datetime
 import os
 import queue
 import threading
+import time
 import weakref
 
 import torch
@@ -277,6 +279,71 @@ def _make_communicator(store, rank, size, timeout):
                                   timeout_seconds=seconds)
 
 
+def _p2p_timeout(timeout):
+    """Seconds a recv waits for its message: LIBTRAIN_TIMEOUT, else a timeout= other than c10d's
+    default, else libtrain's default (300 s), as the collectives."""
+    env = os.environ.get("LIBTRAIN_TIMEOUT")
+    if env:
+        try:
+            return max(float(env), 0.001)
+        except ValueError:
+            pass  # the Communicator has refused it already
+    if (isinstance(timeout, datetime.timedelta) and timeout != _compat.default_pg_timeout()
+            and timeout.total_seconds() > 0):
+        return timeout.total_seconds()
+    return 300.0
+
+
+class _StoreMessage:
+    """A point-to-point message in the group's store, as a handle a _Work waits on: wait()
+    takes it (and removes its key)."""
+
+    def __init__(self, store, key, nbytes, src, tag, timeout):
+        self._store, self._key, self._nbytes = store, key, nbytes
+        self._src, self._tag, self._timeout = src, tag, timeout
+        self.data = None
+
+    def wait(self):
+        # Polled with add(KEY/ready, 0), which never blocks (PyTorch 1.13's stores have no
+        # check()): a TCPStore client holds its connection through a blocking wait(), which
+        # would stop this process's own sends (and everything else on the store) meanwhile.
+        deadline, pause = time.monotonic() + self._timeout, 0.0001
+        while self._store.add(self._key + "/ready", 0) < 1:
+            if time.monotonic() > deadline:
+                raise _libtrain.TimeoutError(f"libtrain backend: recv from rank {self._src} (tag "
+                                             f"{self._tag}) got no message within {self._timeout:g} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
+        data = self._store.get(self._key)
+        try:
+            for key in (self._key, self._key + "/ready"):
+                self._store.delete_key(key)
+        except (RuntimeError, AttributeError):
+            pass  # a store that cannot delete keeps them (FileStore on some versions)
+        if len(data) != self._nbytes:
+            raise _libtrain.MismatchError(f"libtrain backend: recv from rank {self._src} (tag "
+                                          f"{self._tag}) got {len(data)} bytes for a tensor of "
+                                          f"{self._nbytes}")
+        self.data = data
+
+
+class _RecvWork(_Work):
+    def __init__(self, handles, finish, result, src):
+        super().__init__(handles, finish, result)
+        self._src = src
+
+    def source_rank(self):
+        return self._src
+
+    _source_rank = source_rank
+
+
+def _stop_all(completer, p2p_completers):
+    completer.stop()
+    for c in list(p2p_completers.values()):
+        c.stop()
+
+
 _group_count = 0
 
 
@@ -290,9 +357,12 @@ class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE 
         global _group_count
         super().__init__(rank, size)
         self._comm = _make_communicator(store, rank, size, timeout)
+        self._store, self._p2p_timeout = store, _p2p_timeout(timeout)
+        self._p2p_sent, self._p2p_completers = {}, {}  # (src, dst, tag) -> count; src -> _Completer
         _group_count += 1
+        self._label = _group_count
         self._completer = _Completer(_group_count)
-        weakref.finalize(self, self._completer.stop)
+        weakref.finalize(self, _stop_all, self._completer, self._p2p_completers)
 
     # ---- what c10d asks of a backend ----------------------------------------------------------
 
@@ -617,11 +687,55 @@ class ProcessGroupLibtrain(_compat.GroupCompat, dist.ProcessGroup if _AVAILABLE 
         h = self._comm.allreduce(token, token.data_ptr(), 1, "int32", "max", "c10d.barrier")
         return self._issue([h], None, [])
 
-    def _no_p2p(self, *args, **kwargs):
-        raise RuntimeError("libtrain backend: point-to-point send/recv is not implemented; use a "
-                           "gloo group for it (dist.new_group(backend='gloo'))")
+    # ---- point-to-point ---------------------------------------------------------------------------
 
-    send = recv = recv_anysource = _no_p2p
+    def _check_peer(self, peer, what):
+        if not isinstance(peer, int) or not 0 <= peer < self.size() or peer == self.rank():
+            raise ValueError(f"libtrain backend: {what} peer {peer!r} is not another rank of this "
+                             f"group (0..{self.size() - 1}, not {self.rank()})")
+
+    def _p2p_key(self, src, dst, tag):
+        """The store key of the next message from src to dst with tag: both ends count their
+        messages per (src, dst, tag), so messages are matched in the order they were sent."""
+        seq = self._p2p_sent.get((src, dst, tag), 0)
+        self._p2p_sent[(src, dst, tag)] = seq + 1
+        return f"libtrain/p2p/{src}-{dst}/{tag}/{seq}"
+
+    def send(self, tensors, dst, tag=0):
+        """The tensor's bytes go into the group's store at once; the work is complete on return."""
+        t = _one(tensors, "send")
+        self._check_peer(dst, "send")
+        key = self._p2p_key(self.rank(), dst, tag)
+        self._store.set(key, self._bytes(t).numpy().tobytes())
+        self._store.add(key + "/ready", 1)  # what the receiver polls (_StoreMessage.wait)
+        work = _Work([], None, [t])
+        work._complete()
+        work._resolve()
+        return work
+
+    def recv(self, tensors, src, tag=0):
+        """Completed, once the message is in the store, by a thread that serves this sender's
+        messages only (a receive from one rank never waits behind one from another)."""
+        t = _one(tensors, "recv")
+        self._check_peer(src, "recv")
+        dst = _Buf(t, copy_in=False)
+        message = _StoreMessage(self._store, self._p2p_key(src, self.rank(), tag),
+                                dst.buf.numel() * dst.buf.element_size(), src, tag, self._p2p_timeout)
+
+        def finish():
+            if message.data:
+                data = torch.frombuffer(bytearray(message.data), dtype=torch.uint8)
+                dst.buf.reshape(-1).view(torch.uint8).copy_(data)
+            dst.copy_back()
+        work = _RecvWork([message], finish, [t], src)
+        if src not in self._p2p_completers:
+            self._p2p_completers[src] = _Completer(f"{self._label}-recv{src}")
+        self._p2p_completers[src].submit(work)
+        return work
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("libtrain backend: recv from any source is not implemented; name the "
+                           "sender (dist.recv(tensor, src=...))")
 
 
 def _create(store, rank, size, timeout):

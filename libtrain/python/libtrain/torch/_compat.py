@@ -58,6 +58,79 @@ def tcpstore_without_libuv():
     return False
 
 
+def fix_torchrun():
+    """What torchrun (torch.distributed.run) needs on the PyTorch builds we test, applied in its
+    own process before it starts (python3 -m libtrain.torch.run). Returns the fixes applied."""
+    applied = []
+    if _std_from_str_fixed():
+        applied.append("Std.from_str")
+    if _tcpstore_follows_use_libuv():
+        applied.append("TCPStore use_libuv")
+    return applied
+
+
+def _std_from_str_fixed():
+    """PyTorch 1.13's torchrun parses --redirects/--tee by iterating over its IntFlag Std, which
+    Python >= 3.11 iterates without the 0 and multi-bit members: from_str("0"), the default, is
+    None and torchrun crashes before it starts a worker. Where that is so, from_str builds the
+    flag from the number instead."""
+    try:
+        from torch.distributed.elastic.multiprocessing import api
+    except ImportError:
+        return False
+    std = getattr(api, "Std", None)
+    if std is None or std.from_str("0") is not None:
+        return False
+    import re
+    original = std.from_str.__func__
+
+    def from_str(cls, vm):
+        if re.fullmatch(r"[0-3]", vm):
+            return cls(int(vm))
+        if re.fullmatch(r"\d+:[0-3](,\d+:[0-3])*", vm):
+            return {int(i): cls(int(v)) for i, v in (m.split(":") for m in vm.split(","))}
+        return original(cls, vm)  # raises torch's own error for anything else
+    std.from_str = classmethod(from_str)
+    return True
+
+
+def _tcpstore_follows_use_libuv():
+    """torchrun's rendezvous (c10d and static) makes its TCPStore without use_libuv, which is
+    True by default since PyTorch 2.4, so on a build without libuv (Debian's 2.6 and later)
+    torchrun fails whatever USE_LIBUV says. Under USE_LIBUV=0 (which the import of
+    libtrain.torch sets there), a TCPStore made without use_libuv gets use_libuv=False, as
+    env:// stores do; every module of torch.distributed that holds the class gets the subclass.
+    The workers' env:// rendezvous would connect to the agent's store with libuv too (a client
+    made without use_libuv), in processes this one does not patch: torch's own
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 has worker rank 0 serve a store of its own instead,
+    made as USE_LIBUV says."""
+    if not AVAILABLE or os.environ.get("USE_LIBUV") != "0" or not hasattr(dist, "TCPStore"):
+        return False
+    base = dist.TCPStore
+    if getattr(base, "_libtrain_use_libuv_default", False):
+        return False
+    try:
+        base("127.0.0.1", 0, 1, True, wait_for_workers=False, use_libuv=False)
+    except TypeError:  # no use_libuv argument: a PyTorch before the libuv store
+        return False
+
+    class TCPStore(base):
+        _libtrain_use_libuv_default = True
+        __doc__ = base.__doc__
+
+        def __init__(self, *args, **kwargs):
+            if len(args) < 9:  # use_libuv is the ninth parameter
+                kwargs.setdefault("use_libuv", False)
+            super().__init__(*args, **kwargs)
+
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    import sys
+    for name, module in list(sys.modules.items()):
+        if (name == "torch.distributed" or name.startswith("torch.distributed.")) and \
+                getattr(module, "TCPStore", None) is base:
+            module.TCPStore = TCPStore
+    return True
+
 
 class GroupCompat:
     """What ProcessGroupLibtrain adds for PyTorch >= 2.0, whose c10d keeps a group's name in the
