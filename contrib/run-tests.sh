@@ -45,10 +45,15 @@ for release in trixie forky; do
   "$release_root" path "$release" >"$roots_log/$release" 2>&1 &
   eval "root_pid_$release=$!"
 done
-# wait_root RELEASE: true once RELEASE's root is installed; its log otherwise.
+# wait_root RELEASE: true once RELEASE's root is installed; its log otherwise. The first call
+# waits for the installation and keeps its status.
 wait_root() {
-  local pid_var=root_pid_$1
-  if wait "${!pid_var}"; then return 0; fi
+  local pid_var=root_pid_$1 status_var=root_status_$1
+  if [[ -z ${!status_var:-} ]]; then
+    wait "${!pid_var}"
+    printf -v "$status_var" '%s' $?
+  fi
+  ((${!status_var} == 0)) && return 0
   cat "$roots_log/$1"
   return 1
 }
