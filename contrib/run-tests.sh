@@ -207,8 +207,8 @@ trap - EXIT
 # Slurm 26.05 (Debian forky, testing): the plugin builds against it and loads into its srun. And the
 # check can fail: 24.11's srun refuses the plugin built for 22.05 ("Incompatible plugin version").
 step "the plugin on Slurm 26.05 (Debian forky) and the release check"
-if "$repo/tests/releases/plugin_loads.sh" "$build/spank/spank_slipway.so" >/dev/null 2>&1 ||
-    ! "$release_root" enter trixie "$repo/tests/releases/plugin_loads.sh" "$build/spank/spank_slipway.so" >/dev/null 2>&1; then
+if ! "$repo/tests/releases/plugin_loads.sh" "$build/spank/spank_slipway.so" >/dev/null 2>&1 ||
+    "$release_root" enter trixie "$repo/tests/releases/plugin_loads.sh" "$build/spank/spank_slipway.so" >/dev/null 2>&1; then
   echo "FAIL 22.05's plugin did not load in 22.05, or loaded in 24.11"; failed=$((failed + 1))
 else
   echo "ok   22.05's plugin loads in 22.05 and is refused by 24.11"; passed=$((passed + 1))
