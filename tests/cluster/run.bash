@@ -79,7 +79,7 @@ main() {
     passed=$(grep -c pass "$TALLY") failed=$(grep -c fail "$TALLY") skipped=$(grep -c skip "$TALLY")
     if [[ -s $TALLY.slurm-window ]]; then
         echo "note: $(wc -l <"$TALLY.slurm-window") step(s) ran twice after Slurm's munge window refused" \
-            "a PMIx peer (docs/platform.md, PMIx): $(sort -u "$TALLY.slurm-window" | tr '\n' ' ')"
+            "a PMIx peer or Open MPI 5's MPI_Init race struck (docs/platform.md): $(sort -u "$TALLY.slurm-window" | tr '\n' ' ')"
     fi
     rm -f "$TALLY" "$TALLY.slurm-window"
     echo "$passed passed, $failed failed, $skipped skipped"
