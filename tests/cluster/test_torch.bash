@@ -165,10 +165,11 @@ hvd_matches_one_process() {
         || fail "8 ranks reached $multi, one process $single: more than 1 point apart"
     assert_less 0.7 "$single" "accuracy of one process"
     assert_file_exists "$ckpt"
-    run_host /usr/bin/python3 -c 'import sys, torch; s = torch.load(sys.argv[1])
-print(s["epoch"], sorted(s["model"]), len(s["optimizer"]["state"]))' "$ckpt"
+    # Read back by the PyTorch that wrote it, in the same image (the host may have none: Debian 13).
+    run_job srun -N1 -n1 -K "${IN_TORCH[@]}" python3 -c 'import sys, torch; s = torch.load(sys.argv[1])
+print("checkpoint", s["epoch"], sorted(s["model"]), len(s["optimizer"]["state"]))' "/ckpt/${ckpt##*/}"
     assert_success
-    assert_output "2 ['fc1.bias', 'fc1.weight', 'fc2.bias', 'fc2.weight', 'fc3.bias', 'fc3.weight'] 6"
+    assert_output_contains "checkpoint 2 ['fc1.bias', 'fc1.weight', 'fc2.bias', 'fc2.weight', 'fc3.bias', 'fc3.weight'] 6"
 }
 
 test_horovod_script_on_8_ranks_matches_one_process_through_the_plugin() { hvd_matches_one_process plugin; }
