@@ -29,8 +29,11 @@ packages=(
   # tests/fuzz: clang with libFuzzer's runtime (libclang-rt-14-dev, only recommended by clang),
   # llvm for llvm-symbolizer in sanitizer reports
   clang libclang-rt-14-dev llvm
-  # benchmarks' peers, podman:// images, and examples' data
-  charliecloud bubblewrap podman uidmap dataset-fashion-mnist apache2-utils openssl zstd pigz
+  # benchmarks' peers, podman:// images, and examples' data. netavark: podman 4.3 uses the network
+  # backend its store records, and Debian 13's podman 5 (the Slurm 24.11 tests, on the same user's
+  # store) records netavark; without netavark every later podman command fails ("could not find
+  # netavark"), as it did in CI.
+  charliecloud bubblewrap podman netavark uidmap dataset-fashion-mnist apache2-utils openssl zstd pigz
 )
 
 # Squashfs images are mounted with FUSE in the job's user namespace: users need /dev/fuse read and

@@ -1,23 +1,30 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Copyright The Slipway authors
-# Run Slipway's cluster integration tests: run.bash [-f REGEX] FILE...
+# Run Slipway's cluster integration tests: run.bash [-f REGEX] [-x REGEX] FILE...
 #
 # Each FILE (tests/cluster/test_*.bash) defines functions test_*; they run in
 # file order, each in its own subshell under `set -euo pipefail`, after
 # common.bash and the file are sourced. Prints `ok`, `FAIL` or `skip` per test
 # (with the test's log when it fails or skips), then `N passed, N failed,
-# N skipped`; exits non-zero if any test failed. -f runs only matching tests.
+# N skipped`; exits non-zero if any test failed. -f runs only the tests whose
+# name matches; -x leaves out those whose FILE:NAME (test_x.bash:test_y) does.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly HERE
 passed=0 failed=0 skipped=0
 filter=.
+exclude=
 
-# The test functions of a file, in the order they are written.
+# The test functions of a file, in the order they are written, less those -x leaves out.
 list_tests() {
-    sed -n 's/^\(function[[:space:]]\+\)\{0,1\}\(test_[A-Za-z0-9_]*\)[[:space:]]*().*/\2/p' "$1" | grep -E -- "$filter"
+    local name file
+    file=$(basename "$1")
+    for name in $(sed -n 's/^\(function[[:space:]]\+\)\{0,1\}\(test_[A-Za-z0-9_]*\)[[:space:]]*().*/\2/p' "$1" |
+        grep -E -- "$filter"); do
+        [[ -n $exclude ]] && grep -qE -- "$exclude" <<<"$file:$name" || echo "$name"
+    done
 }
 
 # Run one test in a subshell; its output goes to LOG. Returns its status.
@@ -67,8 +74,11 @@ run_file() {
 }
 
 main() {
-    if [[ ${1:-} == -f ]]; then filter=$2; shift 2; fi
-    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '4,10s/^# \{0,1\}//p' "$0"; exit 2; }
+    while [[ ${1:-} == -[fx] && $# -ge 2 ]]; do
+        case $1 in -f) filter=$2 ;; -x) exclude=$2 ;; esac
+        shift 2
+    done
+    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '4,11s/^# \{0,1\}//p' "$0"; exit 2; }
     TALLY=$(mktemp)
     export TALLY
     local file
