@@ -3,9 +3,11 @@
 // NcclCommunicator on NCCL 2.x: rank 0's ncclGetUniqueId goes through the store under
 // "nccl/id/0", and every rank's GPU under "nccl/gpu/<rank>" in the same round, so that ranks
 // sharing a GPU fail with a message naming them (gpu_sharing.h) instead of NCCL's "invalid usage";
-// every call checks its status and turns NCCL/CUDA errors into libtrain errors.
+// every call checks its status and turns NCCL/CUDA errors into libtrain errors, naming the culprit
+// when the CPU communicator over the same ranks can (nccl.h).
 #include "libtrain/nccl.h"
 
+#include "libtrain/communicator.h"
 #include "libtrain/errors.h"
 
 #ifdef LIBTRAIN_HAVE_NCCL
@@ -28,9 +30,12 @@ void check_cuda(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw Error(std::string("libtrain: ") + what + ": " + cudaGetErrorString(rc));
 }
 
+std::string nccl_error(ncclResult_t rc, const char* what) {
+  return std::string("libtrain: ") + what + ": " + ncclGetErrorString(rc);
+}
+
 void check_nccl(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess && rc != ncclInProgress)
-    throw PeerError(std::string("libtrain: ") + what + ": " + ncclGetErrorString(rc));
+  if (rc != ncclSuccess && rc != ncclInProgress) throw PeerError(nccl_error(rc, what));
 }
 
 ncclDataType_t to_nccl(DataType d) {
@@ -85,12 +90,49 @@ struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   Seconds timeout{300};
+  Communicator* peers = nullptr;
+  std::string broken;  // why the communicator was aborted
+
+  // Aborts the communicator and throws E(what), or, when the CPU communicator names who failed
+  // (its barrier throws PeerError or TimeoutError), that error with NCCL's words after it.
+  template <typename E>
+  [[noreturn]] void fail(const std::string& what) {
+    if (comm) ncclCommAbort(comm);
+    comm = nullptr;
+    broken = what;
+    if (peers) {
+      std::string nccl_said = " (NCCL: " + what.substr(what.find(": ") + 2) + ")";
+      try {
+        peers->barrier();
+      } catch (const PeerError& e) {
+        broken = e.what() + nccl_said;
+        throw PeerError(broken);
+      } catch (const TimeoutError& e) {
+        broken = e.what() + nccl_said;
+        throw TimeoutError(broken);
+      } catch (const std::exception&) {
+      }
+    }
+    throw E(what);
+  }
+
+  // A collective's status: an error aborts (fail) and names the culprit if it can.
+  void check(ncclResult_t rc, const char* what) {
+    if (rc != ncclSuccess && rc != ncclInProgress) fail<PeerError>(nccl_error(rc, what));
+  }
+
+  ncclComm_t live() const {
+    if (!comm)
+      throw PeerError("libtrain: the NCCL communicator failed earlier (" + broken + "); create a new one");
+    return comm;
+  }
 };
 
 NcclCommunicator::NcclCommunicator(Store& store, int rank, int size, int local_rank, Seconds timeout,
-                                   int device)
+                                   int device, Communicator* peers)
     : impl_(std::make_unique<Impl>()) {
   impl_->timeout = timeout;
+  impl_->peers = peers;
   int devices = cuda_device_count();
   if (devices == 0) throw Error("libtrain: NCCL needs a CUDA device and none is visible");
   check_cuda(cudaSetDevice(device >= 0 ? device : local_rank % devices), "cudaSetDevice");
@@ -118,37 +160,32 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  check_nccl(ncclAllReduce(data, data, count, to_nccl(dtype), to_nccl(op), impl_->comm, impl_->stream),
-             "ncclAllReduce");
+  impl_->check(ncclAllReduce(data, data, count, to_nccl(dtype), to_nccl(op), impl_->live(), impl_->stream),
+               "ncclAllReduce");
 }
 
 void NcclCommunicator::broadcast(void* data, size_t count, DataType dtype, int root) {
-  check_nccl(ncclBroadcast(data, data, count, to_nccl(dtype), root, impl_->comm, impl_->stream), "ncclBroadcast");
+  impl_->check(ncclBroadcast(data, data, count, to_nccl(dtype), root, impl_->live(), impl_->stream),
+               "ncclBroadcast");
 }
 
 void NcclCommunicator::allgather(const void* in, void* out, size_t count, DataType dtype) {
-  check_nccl(ncclAllGather(in, out, count, to_nccl(dtype), impl_->comm, impl_->stream), "ncclAllGather");
+  impl_->check(ncclAllGather(in, out, count, to_nccl(dtype), impl_->live(), impl_->stream), "ncclAllGather");
 }
 
 // Polls instead of cudaStreamSynchronize so a dead peer becomes an error, not a hang.
 void NcclCommunicator::synchronize() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(impl_->timeout);
+  ncclComm_t comm = impl_->live();
   while (true) {
     cudaError_t rc = cudaStreamQuery(impl_->stream);
     if (rc == cudaSuccess) return;
     if (rc != cudaErrorNotReady) check_cuda(rc, "NCCL stream");
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(impl_->comm, &async);
-    if (async != ncclSuccess && async != ncclInProgress) {
-      ncclCommAbort(impl_->comm);
-      impl_->comm = nullptr;
-      check_nccl(async, "NCCL collective");
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ncclCommAbort(impl_->comm);
-      impl_->comm = nullptr;
-      throw TimeoutError("libtrain: NCCL collective did not finish within LIBTRAIN_TIMEOUT; a peer died or hung");
-    }
+    ncclCommGetAsyncError(comm, &async);
+    impl_->check(async, "NCCL collective");
+    if (std::chrono::steady_clock::now() >= deadline)
+      impl_->fail<TimeoutError>("libtrain: NCCL collective did not finish within LIBTRAIN_TIMEOUT; a peer died or hung");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
@@ -162,7 +199,7 @@ namespace libtrain {
 bool nccl_available() { return false; }
 int cuda_device_count() { return 0; }
 struct NcclCommunicator::Impl {};
-NcclCommunicator::NcclCommunicator(Store&, int, int, int, Seconds, int) {
+NcclCommunicator::NcclCommunicator(Store&, int, int, int, Seconds, int, Communicator*) {
   throw Error("libtrain: built without NCCL (CUDA/NCCL not found at configure time)");
 }
 NcclCommunicator::~NcclCommunicator() = default;

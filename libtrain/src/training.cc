@@ -108,8 +108,9 @@ NcclCommunicator& world_nccl() {
   World& w = current();
   if (!w.nccl) {
     detail::WorldStore store(*w.comm);
+    // The world's CPU communicator names who failed when NCCL cannot (nccl.h).
     w.nccl = std::make_unique<NcclCommunicator>(store, w.comm->rank(), w.comm->size(),
-                                                w.comm->local_rank(), timeout_from_env());
+                                                w.comm->local_rank(), timeout_from_env(), -1, w.comm.get());
   }
   return *w.nccl;
 }

@@ -3,6 +3,10 @@
 // NcclCommunicator: collectives on GPU buffers through NCCL, built when CUDA and NCCL are found
 // (LIBTRAIN_HAVE_NCCL). The NCCL unique id travels through the same Store as everything else.
 // Waits poll the stream and ncclCommGetAsyncError, and abort the communicator past the timeout.
+// NCCL's own errors say only that a peer failed ("remote process exited") or nothing at all (a
+// hang, ended by the timeout); given the CPU communicator over the same ranks (`peers`: the world's
+// does this), a failed NCCL call asks it who: a barrier there fails naming the rank, and its node,
+// that died or stalled (docs/errors.md, "Who failed"), and that is the error thrown.
 #pragma once
 
 #include <cstddef>
@@ -13,13 +17,16 @@
 
 namespace libtrain {
 
+class Communicator;
+
 bool nccl_available();     // compiled in
 int cuda_device_count();   // 0 without a driver or GPU (never throws)
 
 class NcclCommunicator {
  public:
-  // Collective. `device` < 0 picks local_rank % device count.
-  NcclCommunicator(Store& store, int rank, int size, int local_rank, Seconds timeout, int device = -1);
+  // Collective. `device` < 0 picks local_rank % device count. `peers`, if given, must outlive this.
+  NcclCommunicator(Store& store, int rank, int size, int local_rank, Seconds timeout, int device = -1,
+                   Communicator* peers = nullptr);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;

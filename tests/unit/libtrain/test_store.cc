@@ -256,9 +256,10 @@ START_TEST(tcp_store_destroy_waits_bounded) {
 }
 END_TEST
 
-// WorldStore: rank 0's value reaches every rank through the communicator, empty and large values
-// included, in the order the ranks ask.
-START_TEST(world_store_broadcasts_rank_zero_values) {
+// WorldStore: after publish(), every rank's values reach every rank through the communicator
+// (NcclCommunicator's "nccl/gpu/<rank>" records), large and empty ones included; where ranks set
+// one key, the lowest rank's value counts.
+START_TEST(world_store_publishes_every_rank_s_values) {
   std::string err = testing::run_threads(3, [](int rank, const std::shared_ptr<Store>& store) {
     Communicator comm(store, rank, 3, rank == 2 ? "b" : "a");
     detail::WorldStore world(comm);
@@ -268,11 +269,17 @@ START_TEST(world_store_broadcasts_rank_zero_values) {
       world.set("id", to_bytes("nccl-id-0123"));
       world.set("big", big);
     } else {
-      world.set("id", to_bytes("ignored"));  // only rank 0's values count
+      world.set("id", to_bytes("ignored"));  // rank 0's value counts
     }
+    world.set("gpu/" + std::to_string(rank), to_bytes("bus-" + std::to_string(rank * 11)));
+    if (rank == 2) world.set("empty", Bytes{});
     world.publish(Seconds(5));
     if (to_string(world.get("id", Seconds(5))) != "nccl-id-0123") throw std::runtime_error("id differs");
     if (world.get("big", Seconds(5)) != big) throw std::runtime_error("big value differs");
+    for (int r = 0; r < 3; ++r)
+      if (to_string(world.get("gpu/" + std::to_string(r), Seconds(5))) != "bus-" + std::to_string(r * 11))
+        throw std::runtime_error("rank " + std::to_string(r) + "'s value did not arrive");
+    if (!world.get("empty", Seconds(5)).empty()) throw std::runtime_error("empty value not empty");
     if (!world.get("never-set", Seconds(5)).empty()) throw std::runtime_error("unset key not empty");
     bool no_add = false;
     try {
@@ -300,7 +307,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, tcp_store_client_refuses_huge_value);
   tcase_add_test(tc, tcp_store_seal_then_destroy_frees_the_port);
   tcase_add_test(tc, tcp_store_destroy_waits_bounded);
-  tcase_add_test(tc, world_store_broadcasts_rank_zero_values);
+  tcase_add_test(tc, world_store_publishes_every_rank_s_values);
   suite_add_tcase(s, tc);
   return s;
 }
