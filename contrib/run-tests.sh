@@ -190,12 +190,12 @@ trap - EXIT
 # trixie, and the tests themselves run in that release's userland, as on a Debian 13 machine.
 # Every file but those of the image and cache layer, whose work does not involve Slurm beyond
 # starting the tasks (imports, layers, mirrors, shared and stressed caches, squashfs), the
-# PyTorch suites (the same on every Slurm) and test_packages (it installs Debian 12's packages):
+# PyTorch suites and Horovod's examples (the same on every Slurm) and test_packages (it installs Debian 12's packages):
 # every option, the PMIx and PMI2 paths, named containers, saves, MPI, GPUs, fabrics, host
 # libraries, libtrain and torch run on both releases (docs/platform.md).
 # In test_torch, only the PyTorch 2.6 tests (Debian 13's own PyTorch) run on 24.11: the same tests
 # on 1.13, through the plugin and through slipway run, run on 22.05.
-readonly NOT_ON_24_11='/test_(cache_stress|import|import_identity|registry_mirrors|shared_cache|squashfs_mount|torch_suites|packages)\.bash$'
+readonly NOT_ON_24_11='/test_(cache_stress|import|import_identity|registry_mirrors|shared_cache|squashfs_mount|torch_suites|horovod_examples|packages)\.bash$'
 readonly TESTS_NOT_ON_24_11='^test_torch\.bash:.*_through_(the_plugin|slipway_run)$'
 
 step "integration tests on Slurm 24.11 (Debian 13)"
