@@ -191,8 +191,8 @@ trap - EXIT
 # Every file but those of the image and cache layer, whose work does not involve Slurm beyond
 # starting the tasks (imports, layers, mirrors, shared and stressed caches, squashfs), the
 # PyTorch suites and Horovod's examples (the same on every Slurm) and test_packages (it installs
-# Debian 12's packages): every option, the PMIx and PMI2 paths, named containers, saves, MPI, GPUs, fabrics, host
-# libraries, libtrain and torch run on both releases (docs/platform.md).
+# Debian 12's packages): every option, the PMIx and PMI2 paths, named containers, saves, MPI,
+# GPUs, fabrics, host libraries, libtrain and torch run on both releases (docs/platform.md).
 # In test_torch, only the PyTorch 2.6 tests (Debian 13's own PyTorch) run on 24.11: the same tests
 # on 1.13, through the plugin and through slipway run, run on 22.05.
 readonly NOT_ON_24_11='/test_(cache_stress|import|import_identity|registry_mirrors|shared_cache|squashfs_mount|torch_suites|horovod_examples|packages)\.bash$'
