@@ -77,6 +77,20 @@ unit_log=$(mktemp)
 ctest --test-dir "$build" --output-on-failure --timeout 300 -j"$(nproc)" 2>&1 | tee "$unit_log"
 count_ctest "$unit_log"
 
+# The test images (contrib/images, each cached by its recipe) build in the background from here
+# on, while the fuzz, sanitizer and package steps run: about 11 minutes cold, mostly debootstrap
+# and apt. They start once both release roots are in (release-root path waits for an installation
+# in progress): the roots and the Debian 13 and forky images share each release's download folder.
+# The cluster step waits for them; `slipway-sandbox images` then only pushes, and builds (and
+# reports) whatever failed here. Not earlier: the unit tests include timing-sensitive ones.
+images_log=$roots_log/images
+mapfile -t image_names < <(cd "$repo/contrib/images" && ls -d -- */build | cut -d/ -f1)
+(
+  "$release_root" path trixie >/dev/null; "$release_root" path forky >/dev/null
+  "$repo/contrib/images/build-image" "${image_names[@]}"
+) >"$images_log" 2>&1 &
+images_pid=$!
+
 # Each libFuzzer target for 10 s (tests/fuzz/run.sh, its own clang build in BUILD-fuzz): one
 # "ok"/"FAIL" line per target, each counted; exit 3 means clang or libFuzzer is missing.
 step "fuzz targets, 10 s each"
@@ -174,6 +188,7 @@ rm -rf "$rpms_dir" "$debs13_dir"
 step "integration tests on the sandbox cluster"
 trap '"$sandbox" down >/dev/null 2>&1' EXIT
 cluster_log=$(mktemp)
+wait "$images_pid" || echo "note: building the images ahead failed; slipway-sandbox images builds them now"
 if SLIPWAY_PLUGIN="$build/spank/spank_slipway.so" "$sandbox" up && "$sandbox" images; then
   SLIPWAY_BUILD_DIR="$build" SLIPWAY_REQUIRE_PLUGIN=1 SLIPWAY_DEBS_DIR="$debs_dir" "$repo/tests/cluster/run.bash" "$repo"/tests/cluster/test_*.bash 2>&1 |
     tee "$cluster_log"
