@@ -32,6 +32,18 @@ test_up_from_down_brings_4_idle_nodes_within_10s() {
     assert_output "$(printf 'node%s idle\n' 1 2 3 4)"
 }
 
+# Another release's controller state (Slurm 24.11 writes the cluster name as NAME|ID, which 22.05
+# reads as another cluster's and refuses to start on): up starts from a clean state whatever the
+# last release left.
+test_up_after_another_release_s_controller_state() {
+    "$SANDBOX" down >/dev/null 2>&1
+    printf 'slipway-sandbox|2519\n' >"$SANDBOX_DIR/slurmctld/clustername"
+    run_host "$SANDBOX" up
+    assert_success
+    run_root sinfo -h -N -o '%N %t'
+    assert_output "$(printf 'node%s idle\n' 1 2 3 4)"
+}
+
 test_up_twice_is_idempotent_and_restarts_nothing() {
     local before t0
     before=$(daemon_pids)
