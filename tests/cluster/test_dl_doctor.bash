@@ -30,7 +30,11 @@ test_doctor_on_a_node_reports_the_sandbox_state() {
     assert_success
     assert_output_contains "ok    userns: unprivileged user namespaces work"
     assert_output_contains "ok    overlay: overlayfs mounts inside a user namespace"
-    assert_output_contains "ok    cache: cache /var/tmp/slipway-$(id -u slwuser): "
+    # The node cache's line: ok, or warn when this machine's disk has under 10 GiB left (the
+    # suite's own node caches fill it; doctor is right to say so, and the test checks the wording).
+    local cache="cache: cache /var/tmp/slipway-$(id -u slwuser): "
+    grep -qxE "ok    ${cache}[0-9.]+ GiB free on .*|warn  ${cache}[0-9]\.[0-9] GiB free on .* \(large images need more\)" \
+        <<<"$output" || fail "no ok (or low-disk warn) line for the node cache: $output"
     assert_output_contains "ok    registry: $SANDBOX_NET.1:5000 reachable"
     assert_output_contains "ok    pmix: mpi/pmix plugin present, libpmix.so -> "
     assert_output_contains "skip  gpus: no NVIDIA GPUs (no /dev/nvidiaN)"
