@@ -10,8 +10,12 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -124,6 +128,30 @@ inline std::vector<int> run_processes(int n, const std::function<int(int, const 
   waitpid(server, nullptr, 0);
   return codes;
 }
+
+// Each rank's error message, written by the rank (a forked process) into a file of a fresh
+// directory, read by the test afterwards; the directory goes with the object.
+class Messages {
+ public:
+  Messages() {
+    char tmpl[] = "/tmp/libtrain-test-messages-XXXXXX";
+    if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+  }
+  ~Messages() { std::filesystem::remove_all(dir_); }
+  Messages(const Messages&) = delete;
+  Messages& operator=(const Messages&) = delete;
+  const std::string& dir() const { return dir_; }
+  void write(int rank, const std::string& text) const { std::ofstream(path(rank)) << text; }
+  std::string read(int rank) const {
+    std::ifstream in(path(rank));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  std::string path(int rank) const { return dir_ + "/message." + std::to_string(rank); }
+  std::string dir_;
+};
 
 // Rank r's element i: small signed integers, exact in every dtype (bfloat16 included).
 inline double value_of(int r, size_t i) {

@@ -5,9 +5,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
 #include "ranks.h"
@@ -39,25 +36,7 @@ static CommunicatorOptions short_timeout() {
   return o;
 }
 
-// Each rank's error message, written by the rank into a file of a fresh directory.
-class Messages {
- public:
-  Messages() {
-    char tmpl[] = "/tmp/libtrain-test-failure-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    dir_ = tmpl;
-  }
-  ~Messages() { std::filesystem::remove_all(dir_); }
-  void write(int rank, const std::string& text) const { std::ofstream(path(rank)) << text; }
-  std::string read(int rank) const {
-    std::ifstream in(path(rank));
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
- private:
-  std::string path(int rank) const { return dir_ + "/" + std::to_string(rank); }
-  std::string dir_;
-};
+using testing::Messages;
 
 // `nodes_of(rank)` names the node; rank `victim` is killed (or stopped, when `stop`) after the
 // first allreduce. Every other rank fails within the timeout, and its message names the victim

@@ -8,9 +8,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
 #include "libtrain/communicator.h"
@@ -23,26 +20,13 @@ using namespace libtrain;
 
 enum Exit { kOk = 0, kPeer = 10, kTimeout = 12, kOther = 13, kWrongSum = 14 };
 
-// A fresh directory: the stand-in's communicators (STANDIN_NCCL_DIR) and each rank's message.
-class Scratch {
+// A fresh directory for the stand-in's communicators (STANDIN_NCCL_DIR) and each rank's message.
+class Scratch : public testing::Messages {
  public:
   Scratch() {
-    char tmpl[] = "/tmp/libtrain-test-nccl-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    dir_ = tmpl;
-    setenv("STANDIN_NCCL_DIR", dir_.c_str(), 1);
+    setenv("STANDIN_NCCL_DIR", dir().c_str(), 1);
     setenv("STANDIN_CUDA_DEVICES", "4", 1);  // one per rank: the "nodes" are all this host
   }
-  ~Scratch() { std::filesystem::remove_all(dir_); }
-  void write(int rank, const std::string& text) const { std::ofstream(path(rank)) << text; }
-  std::string read(int rank) const {
-    std::ifstream in(path(rank));
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
- private:
-  std::string path(int rank) const { return dir_ + "/message." + std::to_string(rank); }
-  std::string dir_;
 };
 
 static std::string two_per_node(int r) { return "node" + std::to_string(r / 2); }
