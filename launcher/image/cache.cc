@@ -251,8 +251,16 @@ Status NodeCache::remove_stale_tmp(std::string_view key) const {
 }
 
 Result<FileLock> FileLock::acquire(const std::string& path, Mode mode, bool wait) {
+  return open_and_lock(path, O_RDWR | O_CREAT, mode, wait);
+}
+
+Result<FileLock> FileLock::acquire_existing(const std::string& path, Mode mode, bool wait) {
+  return open_and_lock(path, O_RDONLY, mode, wait);
+}
+
+Result<FileLock> FileLock::open_and_lock(const std::string& path, int flags, Mode mode, bool wait) {
   FileLock lock;
-  lock.fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  lock.fd_.reset(::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!lock.fd_.valid()) return Status::from_errno("open lock " + path, errno);
   int op = (mode == Mode::kShared ? LOCK_SH : LOCK_EX) | (wait ? 0 : LOCK_NB);
   for (;;) {

@@ -95,6 +95,9 @@ class FileLock {
  public:
   enum class Mode { kShared, kExclusive };
   static Result<FileLock> acquire(const std::string& path, Mode mode, bool wait = true);
+  // The same on a lock file that must already exist (ENOENT if not): for those who only ask
+  // whether a lock is held, and must not create a file where a remover may be deleting the tree.
+  static Result<FileLock> acquire_existing(const std::string& path, Mode mode, bool wait = true);
   bool held() const { return fd_.valid(); }
   // Whether the lock file still has a name: one who removes it does so while holding the lock, so
   // a waiter that got it afterwards holds a lock nobody else will ever take again.
@@ -106,6 +109,7 @@ class FileLock {
   void keep_across_exec() const;
 
  private:
+  static Result<FileLock> open_and_lock(const std::string& path, int flags, Mode mode, bool wait);
   UniqueFd fd_;
 };
 

@@ -85,8 +85,10 @@ std::string read_name(const std::string& image_dir) {
   return name.substr(0, name.find('\n'));
 }
 
+// Never creates .inuse: between our lookup of IMAGE_DIR and the open, an rm may have moved the
+// tree to tmp/ and be deleting it, and a file made there then would stop its last rmdir.
 bool is_in_use(const std::string& image_dir) {
-  auto lock = FileLock::acquire(image_dir + "/.inuse", FileLock::Mode::kExclusive, false);
+  auto lock = FileLock::acquire_existing(image_dir + "/.inuse", FileLock::Mode::kExclusive, false);
   return !lock.ok() && lock.status().error_number() == EWOULDBLOCK;
 }
 
@@ -174,7 +176,15 @@ Status unpublish(const NodeCache& cache, const std::string& digest, bool wait) {
   }
   UniqueFd tfd(::open(cache.tmp_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!tfd.valid()) return Status::from_errno("open " + cache.tmp_dir(), errno);
-  return remove_tree_at(tfd.get(), name.c_str());
+  // A step's mark_in_use() that looked the image up just before the rename may still create
+  // .inuse in the moved tree after we emptied it (once: its next lookup finds no image), and
+  // the last rmdir then meets ENOTEMPTY. Nobody else writes there: go over the tree again.
+  Status st;
+  for (int pass = 0; pass < 3; ++pass) {
+    st = remove_tree_at(tfd.get(), name.c_str());
+    if (st.error_number() != ENOTEMPTY) break;
+  }
+  return st;
 }
 
 // The lock whose holder owns tmp/NAME: importers ("<key>.<pid>.<rand>") hold locks/<key>.lock

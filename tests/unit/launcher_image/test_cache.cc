@@ -51,6 +51,8 @@ START_TEST(list_rm_and_in_use) {
   auto list = list_images(c);
   ck_assert(list.ok() && list->size() == 2);
   ck_assert((*list)[0].manifest_digest == "sha256:" + hex('b'));  // least recently used first
+  // Listing writes nothing: no .inuse is made where an rm may be deleting the tree meanwhile.
+  ck_assert(!(*list)[0].in_use && !path_exists(c.image_dir("sha256:" + hex('b')) + "/.inuse"));
   ck_assert_uint_ge((*list)[1].bytes, 100000);
   {
     auto held = mark_in_use(c, "sha256:" + hex('a'));
