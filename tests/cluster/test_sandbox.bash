@@ -204,16 +204,28 @@ other_sandboxes_up() {
 }
 
 test_down_leaves_nothing_behind() {
-    local pids pid name
+    local pids pid name stray
     pids=$(daemon_pids)
     [[ -n $pids ]] || fail "no daemon pids recorded before down"
+    # A task that detaches itself outlives its step (proctrack/linuxproc), and a process that an
+    # `exec` detached (as rootless Podman's pause process is) outlives it: down stops both,
+    # the second only with no other instance up (they share the job user).
+    run_job srun -N1 -w node2 -K sh -c 'setsid sleep 3127 </dev/null >/dev/null 2>&1 & echo detached'
+    assert_output "detached"
+    run_job sh -c 'setsid sleep 3128 </dev/null >/dev/null 2>&1 & echo detached'
+    assert_output "detached"
+    local i seconds
+    for seconds in 3127 3128; do
+        for ((i = 0; i < 30; i++)); do pgrep -u slwuser -x -f "sleep $seconds" >/dev/null && break; sleep 0.1; done
+        stray+=" $(pgrep -u slwuser -x -f "sleep $seconds")" || fail "the detached 'sleep $seconds' does not run"
+    done
+    other_sandboxes_up && stray=${stray% *}
     run_host "$SANDBOX" down
     assert_success
-    for pid in $pids; do [[ ! -e /proc/$pid ]] || fail "pid $pid still runs after down"; done
+    for pid in $pids $stray; do [[ ! -e /proc/$pid ]] || fail "pid $pid still runs after down"; done
     # "[/]..." matches the daemons' command lines but not this pgrep's (nor its timeout's). A
     # process may still be exiting (CI once matched one whose command line was gone when pgrep
     # printed it): give it 3 s.
-    local i
     for ((i = 0; i < 30; i++)); do
         pgrep -f -- "[/]${SANDBOX_DIR#/}/" >/dev/null || break
         sleep 0.1
