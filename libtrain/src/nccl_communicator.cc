@@ -183,6 +183,9 @@ void NcclCommunicator::synchronize() {
     if (rc != cudaErrorNotReady) check_cuda(rc, "NCCL stream");
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm, &async);
+    // A peer that finished its part and then exited is an error for the next collective, not
+    // for this one if it completed meanwhile.
+    if (async != ncclSuccess && cudaStreamQuery(impl_->stream) == cudaSuccess) return;
     impl_->check(async, "NCCL collective");
     if (std::chrono::steady_clock::now() >= deadline)
       impl_->fail<TimeoutError>("libtrain: NCCL collective did not finish within LIBTRAIN_TIMEOUT; a peer died or hung");
