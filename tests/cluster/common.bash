@@ -170,8 +170,14 @@ require_plugin() {
 
 # --------------------------------------------------------------- asserting --
 
+# A failed check after a command that succeeded shows that command's last output lines too (one
+# that failed was shown by _run), so a count that came out wrong in CI says what it counted.
 fail() {
     echo "FAILED: $*" >&2
+    if [[ ${status:-1} == 0 && -n ${output:-} ]]; then
+        echo "# the last command's output (its last 40 lines):" >&2
+        tail -n 40 <<<"$output" | sed 's/^/#   /' >&2
+    fi
     exit 1
 }
 

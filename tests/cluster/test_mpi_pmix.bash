@@ -64,7 +64,7 @@ test_pmix_with_root_inside() {
     run_job srun --mpi=pmix -N2 --ntasks-per-node=2 -K --container-image="$PYTHON" --container-remap-root \
         --container-mounts="$BIN" "$BIN/pmix_client"
     assert_success
-    assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[12] peers ok$' <<<"$output")" "ranks that got every peer"
+    assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[1-4] peers ok$' <<<"$output")" "ranks that got every peer"
 }
 
 test_pmi2_passes_pmi_fd_into_the_container() {
@@ -102,7 +102,7 @@ test_pmix_and_mpi_through_slipway_run() {
         srun --mpi=pmix -N2 --ntasks-per-node=2 -K "$BIN/slipway" run --container-image="$PYTHON" -- \
         "$BIN/pmix_client"
     assert_success
-    assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[12] peers ok$' <<<"$output")" "ranks that got every peer"
+    assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[1-4] peers ok$' <<<"$output")" "ranks that got every peer"
     run_job env SLIPWAY_INSECURE_REGISTRIES="$SANDBOX_NET.1:5000" \
         srun --mpi=pmix -N2 --ntasks-per-node=2 -K "$BIN/slipway" run --container-image="$PYTHON" -- \
         "$BIN/mpi_allreduce"
@@ -116,7 +116,7 @@ test_pmix_with_root_inside_through_slipway_run() {
         --container-remap-root --container-mounts="$BIN" -- sh -c "echo psec=\$PMIX_MCA_psec; $BIN/pmix_client"
     assert_success
     assert_equal 4 "$(grep -cx 'psec=munge' <<<"$output")" "tasks told to prove who they are with munge"
-    assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[12] peers ok$' <<<"$output")" "ranks that got every peer"
+    assert_equal 4 "$(grep -Ec '^pmix rank [0-3]/4 host node[1-4] peers ok$' <<<"$output")" "ranks that got every peer"
 }
 
 # enroot's PMIx hook (which pyxis sites install) sets PMIX_MCA_psec and PMIX_MCA_gds only where the
