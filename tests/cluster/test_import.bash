@@ -372,7 +372,7 @@ test_local_archives_and_layouts_import_as_the_job_user() {
         [[ $kind == oci ]] || path+=.tar
         skopeo copy -q "oci:$layout:latest" "$kind:$path" || fail "skopeo copy to $kind failed"
         give_to_job_user "$path"
-        run_job srun -N2 -K --container-image="$path" cat /etc/slipway-image
+        run_job srun -N2 -w node[1-2] -K --container-image="$path" cat /etc/slipway-image
         assert_success
         assert_output "$(printf 'busybox\nbusybox')"
     done

@@ -63,7 +63,7 @@ test_flag_variables() {
 test_value_variables() {
     run_job env SLIPWAY_CONTAINER_MOUNTS="$DIR:/data:ro" SLIPWAY_CONTAINER_WORKDIR=/data \
         SLIPWAY_CONTAINER_UNSHARE=uts PYXIS_CONTAINER_ENV=FOO FOO=job \
-        srun -N2 -K --container-image="$ENVIMG" sh -c 'echo "$(pwd) $(cat in) FOO=$FOO $(readlink /proc/self/ns/uts)"'
+        srun -N2 -w node[1-2] -K --container-image="$ENVIMG" sh -c 'echo "$(pwd) $(cat in) FOO=$FOO $(readlink /proc/self/ns/uts)"'
     assert_success
     assert_equal 2 "$(grep -c "^/data data FOO=job uts:" <<<"$output")" "tasks"
     local node_uts
