@@ -99,7 +99,7 @@ run_job() {
 run_root() { _run "$SANDBOX" exec --root -- timeout "$JOB_TIMEOUT" "$@"; }
 run_host() { _run timeout "$JOB_TIMEOUT" "$@"; }
 
-# Submit a batch script (a file readable by the job user) and wait for it by
+# Submit a batch script (made the job user's, as a user's own script is) and wait for it by
 # polling every 0.2 s (`sbatch --wait` polls at 2 s, then 10 s). Sets $status
 # to the job's exit code and $output to its stdout+stderr file. A job that
 # failed on Slurm's munge window (a multi-node PMIx step in it) runs once more,
@@ -114,6 +114,7 @@ run_batch() {
 _run_batch_once() {
     local script=$1 out jobid state code i
     shift
+    chown slwuser "$script"
     out=$(job_user_home)/slurm-batch-$$-$RANDOM.out
     run_job sbatch --parsable -o "$out" "$@" "$script"
     ((status == 0)) || return 0

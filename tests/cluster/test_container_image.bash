@@ -51,7 +51,6 @@ test_batch_script_steps_run_in_the_image() {
 #SBATCH -N2 --ntasks-per-node=2 --time=2
 srun -K sh -c 'echo "step \$SLURM_PROCID \$(cat /etc/slipway-image)"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     assert_success

@@ -131,7 +131,6 @@ test_batch_steps_get_the_fabric_devices() {
     local script=$HOME_DIR/fabric-batch-$$.sh
     printf '#!/bin/sh\n#SBATCH --container-image=%s\n#SBATCH -N2 --time=2\nulimit -S -l %s\nsh %s\nsrun -K --ntasks-per-node=1 sh %s\n' \
         "$BUSYBOX" "$MEMLOCK_KIB" "$OUTSIDE" "$PROBE" >"$script"
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     assert_success

@@ -77,7 +77,6 @@ srun -K --container-image=$BUSYBOX --container-name=life sh -c 'echo "\$SLURM_JO
 srun -K --container-name=life sh -c 'echo "second step saw \$(cat /state)"'
 srun -K sh -c 'ls -d /var/tmp/slipway-$UID_/containers/job-\$SLURM_JOB_ID/life >/dev/null && echo "on \$(hostname) the container exists"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     echo "$output" >&2

@@ -82,7 +82,6 @@ test_mpi_in_a_batch_script() {
 #SBATCH -N2 --ntasks-per-node=2 --time=2
 srun --mpi=pmix -K $BIN/mpi_allreduce
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     echo "$output" >&2
     assert_success

@@ -64,7 +64,6 @@ test_sbatch_entrypoint_reaches_every_step() {
 srun -K sh -c 'echo "step \$SLURM_PROCID: \$FROM_ENTRYPOINT"'
 srun -K --no-container-entrypoint sh -c 'echo "plain \$SLURM_PROCID: [\$FROM_ENTRYPOINT]"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     assert_success

@@ -64,7 +64,6 @@ test_sbatch_container_env() {
 export FOO=job BAR=job
 srun -K sh -c 'echo "step FOO=\$FOO BAR=\$BAR"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     echo "$output" >&2

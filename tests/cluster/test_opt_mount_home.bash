@@ -55,7 +55,6 @@ test_sbatch_no_mount_home() {
 srun -K sh -c '$(probe)'
 srun -K --container-mount-home sh -c '$(probe)'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     echo "$output" >&2
     rm -f "$script"
@@ -100,7 +99,6 @@ test_sbatch_mount_home_binds_job_HOME() {
 export HOME=$alt
 srun -K sh -c '$(probe); [ -e $(job_user_home)/$MARK ] && echo db-home bound || :'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -rf "$alt" "$script"
     assert_success

@@ -189,7 +189,6 @@ test_sbatch_mounts_reach_every_step() {
 #SBATCH -N2 --ntasks-per-node=1 --time=2
 srun -K sh -c 'echo "step \$SLURM_PROCID \$(cat /data/in)"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     echo "$output" >&2
     assert_success

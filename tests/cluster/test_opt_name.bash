@@ -158,7 +158,6 @@ sleep 1.5
 srun --overlap -K sh -c 'echo "step \$SLURM_PROCID saw \$(cat /state)"'
 wait
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     echo "$output" >&2
     rm -f "$script"
@@ -241,7 +240,6 @@ srun --overlap -K sh -c '$WAIT_FOR
     w /ready; echo "attached \$(cat /mymnt/f 2>&1)"'
 wait
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     assert_success
@@ -300,7 +298,6 @@ sleep 2
 srun --overlap -K --container-mounts=/etc:/mnt/attach_test sh -c '[ -e /mnt/attach_test/passwd ] && echo mounted || echo not-mounted'
 wait
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     echo "$output" >&2

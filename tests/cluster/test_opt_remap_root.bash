@@ -105,7 +105,6 @@ test_sbatch_remap_root() {
 #SBATCH -N2 --ntasks-per-node=1 --time=2
 srun -K sh -c 'echo "step \$SLURM_PROCID \$(id -u)"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     echo "$output" >&2
     assert_success

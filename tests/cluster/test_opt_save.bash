@@ -58,7 +58,6 @@ test_failed_save_fails_the_step() {
     local script=$DIR_BATCH/failsave.sh
     printf '#!/bin/sh\n#SBATCH --container-image=%s\n#SBATCH --container-save=/var/lib/slipway-nope.sqsh\n#SBATCH -N1 --time=2\nsrun -K true\n' \
         "$BUSYBOX" >"$script"
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     assert_failure

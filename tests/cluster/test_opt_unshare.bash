@@ -97,7 +97,6 @@ test_sbatch_unshare() {
 #SBATCH -N2 --ntasks-per-node=1 --time=2
 srun -K sh -c 'echo "step \$SLURM_PROCID \$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | tr "\n" ,)"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     echo "$output" >&2
@@ -157,7 +156,6 @@ sleep 2
 srun --overlap -K --container-unshare=uts true; echo "uts=\$?"
 wait
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     echo "$output" >&2

@@ -59,7 +59,6 @@ test_sbatch_default_is_the_root() {
 #SBATCH -N1 --time=2
 srun -K sh -c 'echo "step \$(pwd)"'
 EOS
-    chown slwuser "$script"
     run_batch "$script" -D "$OUTSIDE"
     rm -f "$script"
     assert_success
@@ -85,7 +84,6 @@ test_sbatch_workdir() {
 srun -K sh -c 'echo "step \$SLURM_PROCID \$(pwd)"'
 srun -K --container-workdir=/etc sh -c 'echo "step \$SLURM_PROCID \$(pwd)"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     echo "$output" >&2
     assert_success

@@ -57,7 +57,6 @@ test_sbatch_writable_and_srun_readonly() {
 srun -K sh -c 'touch /new && echo "step \$SLURM_PROCID wrote"'
 srun -K --container-readonly sh -c 'touch /new2 2>/dev/null || echo "step \$SLURM_PROCID refused"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     rm -f "$script"
     echo "$output" >&2

@@ -59,7 +59,6 @@ test_terminals_work_in_sbatch_and_salloc() {
     local script=$DIR/pty.sh
     printf '#!/bin/sh\n#SBATCH --container-image=%s\n#SBATCH -N1 --time=2\nsrun -K script -qc "echo in-script" /dev/null\n' \
         "$PYTHON" >"$script"
-    chown slwuser "$script"
     run_batch "$script"
     assert_success
     assert_output_contains "in-script"
@@ -122,7 +121,6 @@ test_apt_get_update_and_install_under_remap_root() {
 #SBATCH -N1 --time=2
 srun -K sh -c "echo '$src' >/etc/apt/sources.list && apt-get update -q >/dev/null 2>&1 && apt-get install -y -q slipway-apt-test >/dev/null 2>&1 && cat /opt/slipway-apt/data"
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     assert_success
     assert_output_contains "from-the-repo"
@@ -323,7 +321,6 @@ test_podman_and_dockerd_images() {
     local script=$DIR/podman.sh
     printf '#!/bin/sh\n#SBATCH --container-image=podman://%s\n#SBATCH -N1 --time=2\nsrun -K cat /etc/slipway-image\n' \
         "$BUSYBOX" >"$script"
-    chown slwuser "$script"
     run_batch "$script"
     assert_success
     assert_output_contains "busybox"
@@ -360,7 +357,6 @@ srun -K sh -c 'grep -q " /dev/shm tmpfs " /proc/self/mounts && grep -q " /dev/mq
 srun -K sh -c 'echo "scratch \$(stat -c %a /scratch) \$(df -k /scratch | tail -n1 | awk "{print \\\$2}")"; pwd'
 srun -K --container-remap-root --container-mount-home sh -c 'echo "HOME=\$HOME"'
 EOS
-    chown slwuser "$script"
     run_batch "$script"
     assert_success
     assert_output_contains "pty True"

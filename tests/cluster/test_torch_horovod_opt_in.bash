@@ -59,7 +59,6 @@ test_horovod_script_unchanged_from_sbatch() {
     local script=$SCRIPT_DIR/job.sh
     printf '#!/bin/bash\n#SBATCH %s --time=5\n#SBATCH --container-image=%s\n#SBATCH --container-mounts=%s:/hvd\nexport LIBTRAIN_HOROVOD=1 LIBTRAIN_TIMEOUT=30\nsrun --mpi=pmix -K python3 /hvd/horovod_style.py\n' \
         "$EIGHT" "$TORCH" "$SCRIPT_DIR" >"$script"
-    chown slwuser "$script"
     run_batch "$script"
     assert_success
     assert_eight_ranks_ok
