@@ -6,6 +6,10 @@
     srun --mpi=pmix -N4 -n8 --container-image=<torch> python3 torch_hvd.py --epochs 3
     python3 torch_hvd.py --batch 256 --lr 0.08   # one process, the same global batch and LR
 
+--dtype float64 trains in double precision: the only difference left between 8 ranks and one
+process with the same global batch is then the order of each gradient's sums, which float32
+amplifies over a run into a different model (tests/cluster/test_torch.bash says by how much).
+
 Written as a Horovod user writes one: each rank trains on its DistributedSampler shard with
 `--batch` samples per step (the global batch is size x batch), the learning rate is scaled by the
 number of ranks, rank 0's weights and optimizer state are broadcast, DistributedOptimizer averages
@@ -38,10 +42,11 @@ def read_idx(name):
 
 
 def dataset(split, limit=0):
-    """Fashion-MNIST as (N, 1, 28, 28) floats, normalized with the training set's mean and
+    """Fashion-MNIST as (N, 1, 28, 28) floats of the default dtype, normalized with the training set's mean and
     deviation, and int64 labels; the first `limit` samples when limit > 0."""
     prefix = "train" if split == "train" else "t10k"
-    x = (read_idx(f"{prefix}-images-idx3-ubyte.gz").unsqueeze(1).float() / 255 - 0.2860) / 0.3530
+    x = read_idx(f"{prefix}-images-idx3-ubyte.gz").unsqueeze(1).to(torch.get_default_dtype())
+    x = (x / 255 - 0.2860) / 0.3530
     y = read_idx(f"{prefix}-labels-idx1-ubyte.gz").long()
     return TensorDataset(x[:limit], y[:limit]) if limit else TensorDataset(x, y)
 
@@ -82,6 +87,8 @@ def parse_args():
     ap.add_argument("--batch", type=int, default=32, help="batch size per rank")
     ap.add_argument("--lr", type=float, default=0.01, help="learning rate of one rank (scaled by size)")
     ap.add_argument("--limit", type=int, default=0, help="use the first N training samples")
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                    help="of the model, the data and the gradients")
     ap.add_argument("--checkpoint", default="", help="rank 0 saves here after every epoch; resumes from it")
     ap.add_argument("--die-rank", type=int, default=-1, help="this rank SIGKILLs itself ...")
     ap.add_argument("--die-step", type=int, default=10, help="... at this step (counted over epochs)")
@@ -91,6 +98,7 @@ def parse_args():
 def train(args):
     hvd.init()
     torch.set_num_threads(1)  # ranks share a node's cores; one thread each does not oversubscribe
+    torch.set_default_dtype(getattr(torch, args.dtype))
     torch.manual_seed(42 + hvd.rank())  # different on purpose: broadcast_parameters fixes it
 
     train_set, test_set = dataset("train", args.limit), dataset("test")
