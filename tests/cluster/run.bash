@@ -1,14 +1,16 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Copyright The Slipway authors
-# Run Slipway's cluster integration tests: run.bash [-f REGEX] [-x REGEX] FILE...
+# Run Slipway's cluster integration tests: run.bash [-k REGEX] [-x REGEX] [-r N] FILE...
 #
 # Each FILE (tests/cluster/test_*.bash) defines functions test_*; they run in
 # file order, each in its own subshell under `set -euo pipefail`, after
-# common.bash and the file are sourced. Prints `ok`, `FAIL` or `skip` per test
-# (with the test's log when it fails or skips), then `N passed, N failed,
-# N skipped`; exits non-zero if any test failed. -f runs only the tests whose
-# name matches; -x leaves out those whose FILE:NAME (test_x.bash:test_y) does.
+# common.bash and the file are sourced. Prints `setup FILE` with setup_file's
+# time, `ok`, `FAIL` or `skip` per test (with the test's log when it fails or
+# skips), then `N passed, N failed, N skipped`; exits non-zero if any test
+# failed. -k runs only the tests whose name matches (-f is the same); -x leaves
+# out those whose FILE:NAME (test_x.bash:test_y) does; -r runs each test N
+# times in a row (each run counted), after one setup_file.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -16,6 +18,7 @@ readonly HERE
 passed=0 failed=0 skipped=0
 filter=.
 exclude=
+repeat=1
 
 # The test functions of a file, in the order they are written, less those -x leaves out.
 list_tests() {
@@ -39,6 +42,8 @@ run_one() {
     ) >"$log" 2>&1
 }
 
+seconds_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
 report() {               # report WORD NAME SECONDS [LOG]
     printf '%-4s %s (%ss)\n' "$1" "$2" "$3"
     [[ -z ${4:-} ]] || sed 's/^/     | /' "$4"
@@ -52,16 +57,17 @@ run_file() {
         # shellcheck source=/dev/null
         source "$file"
         echo "# $(basename "$file")"
-        if declare -F setup_file >/dev/null && ! setup_file; then
-            echo "FAIL setup_file of $file: skipping its tests"
-            exit 1
+        t0=$(date +%s.%N)
+        if declare -F setup_file >/dev/null; then
+            setup_file || { echo "FAIL setup_file of $file: skipping its tests"; exit 1; }
+            report setup "$(basename "$file")" "$(seconds_since "$t0")"
         fi
         log=$(mktemp)
-        for name in $(list_tests "$file"); do
+        for name in $(list_tests "$file" | awk -v n="$repeat" '{ for (i = 0; i < n; i++) print }'); do
             t0=$(date +%s.%N)
             run_one "$name" "$log"
             rc=$?
-            secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+            secs=$(seconds_since "$t0")
             case $rc in
                 0) report ok "$name" "$secs"; echo pass >>"$TALLY" ;;
                 "$SKIP_STATUS") report skip "$name" "$secs" "$log"; echo skip >>"$TALLY" ;;
@@ -74,11 +80,12 @@ run_file() {
 }
 
 main() {
-    while [[ ${1:-} == -[fx] && $# -ge 2 ]]; do
-        case $1 in -f) filter=$2 ;; -x) exclude=$2 ;; esac
+    while [[ ${1:-} == -[fkxr] && $# -ge 2 ]]; do
+        case $1 in -f | -k) filter=$2 ;; -x) exclude=$2 ;; -r) repeat=$2 ;; esac
         shift 2
     done
-    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '4,11s/^# \{0,1\}//p' "$0"; exit 2; }
+    [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "run.bash: -r $repeat: not a count of runs (1 or more)"; exit 2; }
+    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '4,13s/^# \{0,1\}//p' "$0"; exit 2; }
     TALLY=$(mktemp)
     export TALLY
     local file
