@@ -9,7 +9,9 @@
 Every rank reads the IDX files, takes its share of each global batch (the same global batch for
 any number of ranks, and the same initial weights, broadcast from rank 0, so the accuracy matches
 the single-process run), averages gradients with DistributedOptimizer; rank 0 evaluates and
-checkpoints. --die-rank/--die-step make one rank SIGKILL itself (to test failure handling).
+checkpoints. --dtype float64 trains in double precision, where 8 ranks and one process differ
+only by the order of each gradient's sums (tests/cluster/test_libtrain.bash). --die-rank/--die-step
+make one rank SIGKILL itself (to test failure handling).
 """
 import argparse
 import gzip
@@ -22,6 +24,7 @@ import numpy as np
 import libtrain
 
 DATA = os.environ.get("FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+DTYPE = np.float32  # of the weights, the data and the gradients: --dtype
 
 
 def read_idx(name):
@@ -42,16 +45,17 @@ def load(split, limit=0):
 
 
 def floats(x):
-    return x.astype(np.float32) / 255.0
+    return x.astype(DTYPE) / DTYPE(255.0)
 
 
 def init_params(hidden, seed):
+    """Drawn as float32 in either dtype: float64 starts from float32's initial weights."""
     rng = np.random.default_rng(seed)
     return {
-        "w1": (rng.standard_normal((784, hidden)) * np.sqrt(2 / 784)).astype(np.float32),
-        "b1": np.zeros(hidden, np.float32),
-        "w2": (rng.standard_normal((hidden, 10)) * np.sqrt(2 / hidden)).astype(np.float32),
-        "b2": np.zeros(10, np.float32),
+        "w1": (rng.standard_normal((784, hidden)) * np.sqrt(2 / 784)).astype(np.float32).astype(DTYPE),
+        "b1": np.zeros(hidden, DTYPE),
+        "w2": (rng.standard_normal((hidden, 10)) * np.sqrt(2 / hidden)).astype(np.float32).astype(DTYPE),
+        "b2": np.zeros(10, DTYPE),
     }
 
 
@@ -83,6 +87,7 @@ def parse_args():
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--limit", type=int, default=0, help="use the first N training samples")
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     ap.add_argument("--checkpoint", default="")
     ap.add_argument("--die-rank", type=int, default=-1, help="this rank SIGKILLs itself ...")
     ap.add_argument("--die-step", type=int, default=10, help="... at this global step")
@@ -90,6 +95,8 @@ def parse_args():
 
 
 def train(args):
+    global DTYPE
+    DTYPE = np.dtype(args.dtype).type
     libtrain.init()
     rank, size = libtrain.rank(), libtrain.size()
     x, y = load("train", args.limit)

@@ -3,13 +3,19 @@
 // C++ data-parallel trainer: a 784-hidden-10 MLP on Fashion-MNIST with libtrain. Each rank
 // takes its share of every global batch, GradientReducer averages the gradients, rank 0
 // reports test accuracy. Usage (FASHION_MNIST=dir overrides the data folder):
-//   train_mlp [--epochs N] [--batch GLOBAL] [--lr F] [--limit SAMPLES] [--die-rank K --die-step S]
-// --die-rank makes rank K SIGKILL itself at global step S (to test failure handling).
+//   train_mlp [--epochs N] [--batch GLOBAL] [--lr F] [--limit SAMPLES] [--dtype float32|float64]
+//             [--save PATH] [--die-rank K --die-step S]
+// --dtype float64 trains in double precision: 8 ranks and one process then differ only by the
+// order of each gradient's sums, at double's precision (tests/cluster/test_libtrain.bash).
+// --save makes rank 0 write the trained weights to PATH: w1, b1, w2, b2, in that order, as raw
+// native values of the dtype. --die-rank makes rank K SIGKILL itself at global step S (to test
+// failure handling).
 #include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +23,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "libtrain/libtrain.h"
@@ -36,42 +43,49 @@ std::vector<uint8_t> read_gz(const std::string& path) {
   return out;
 }
 
+template <typename T>
 struct Data {
-  std::vector<float> x;
+  std::vector<T> x;
   std::vector<int> y;
   size_t n = 0;
 };
 
-Data load(const std::string& dir, const std::string& prefix, size_t limit = 0) {
+template <typename T>
+Data<T> load(const std::string& dir, const std::string& prefix, size_t limit = 0) {
   auto img = read_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz");
   auto lab = read_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz");
-  Data d;
+  Data<T> d;
   d.n = lab.size() - 8;
   if (limit && limit < d.n) d.n = limit;
   d.x.resize(d.n * kIn);
   d.y.resize(d.n);
-  for (size_t i = 0; i < d.x.size(); ++i) d.x[i] = img[16 + i] / 255.0f;
+  for (size_t i = 0; i < d.x.size(); ++i) d.x[i] = static_cast<T>(img[16 + i]) / T(255);
   for (size_t i = 0; i < d.n; ++i) d.y[i] = lab[8 + i];
   return d;
 }
 
+template <typename T>
+constexpr libtrain::DataType kType = std::is_same_v<T, double> ? libtrain::DataType::kFloat64 : libtrain::DataType::kFloat32;
+
+template <typename T>
 struct Model {
-  std::vector<float> w1 = std::vector<float>(kIn * kHidden), b1 = std::vector<float>(kHidden),
-                     w2 = std::vector<float>(kHidden * kOut), b2 = std::vector<float>(kOut);
+  std::vector<T> w1 = std::vector<T>(kIn * kHidden), b1 = std::vector<T>(kHidden),
+                 w2 = std::vector<T>(kHidden * kOut), b2 = std::vector<T>(kOut);
   std::vector<libtrain::TensorRef> refs() {
-    return {{w1.data(), w1.size(), libtrain::DataType::kFloat32}, {b1.data(), b1.size(), libtrain::DataType::kFloat32},
-            {w2.data(), w2.size(), libtrain::DataType::kFloat32}, {b2.data(), b2.size(), libtrain::DataType::kFloat32}};
+    return {{w1.data(), w1.size(), kType<T>}, {b1.data(), b1.size(), kType<T>},
+            {w2.data(), w2.size(), kType<T>}, {b2.data(), b2.size(), kType<T>}};
   }
 };
 
 // Forward one sample; fills hidden activations and class probabilities; returns the argmax.
-int forward(const Model& m, const float* x, float* h, float* p) {
+template <typename T>
+int forward(const Model<T>& m, const T* x, T* h, T* p) {
   for (int j = 0; j < kHidden; ++j) h[j] = m.b1[j];
   for (int i = 0; i < kIn; ++i)
     if (x[i] != 0)
       for (int j = 0; j < kHidden; ++j) h[j] += x[i] * m.w1[i * kHidden + j];
-  for (int j = 0; j < kHidden; ++j) h[j] = std::max(h[j], 0.0f);
-  float mx = -1e30f, sum = 0;
+  for (int j = 0; j < kHidden; ++j) h[j] = std::max(h[j], T(0));
+  T mx = T(-1e30), sum = 0;
   for (int k = 0; k < kOut; ++k) {
     p[k] = m.b2[k];
     for (int j = 0; j < kHidden; ++j) p[k] += h[j] * m.w2[j * kOut + k];
@@ -83,12 +97,13 @@ int forward(const Model& m, const float* x, float* h, float* p) {
 }
 
 // Adds the gradient of one sample's loss, times `scale`, into g.
-void backward(const Model& m, const float* x, int y, float scale, Model& g) {
-  float h[kHidden], p[kOut], dh[kHidden] = {};
+template <typename T>
+void backward(const Model<T>& m, const T* x, int y, T scale, Model<T>& g) {
+  T h[kHidden], p[kOut], dh[kHidden] = {};
   forward(m, x, h, p);
   p[y] -= 1;
   for (int k = 0; k < kOut; ++k) {
-    float d = p[k] * scale;
+    T d = p[k] * scale;
     g.b2[k] += d;
     for (int j = 0; j < kHidden; ++j) {
       g.w2[j * kOut + k] += h[j] * d;
@@ -102,9 +117,10 @@ void backward(const Model& m, const float* x, int y, float scale, Model& g) {
       for (int j = 0; j < kHidden; ++j) g.w1[i * kHidden + j] += x[i] * dh[j];
 }
 
-double accuracy(const Model& m, const Data& d) {
+template <typename T>
+double accuracy(const Model<T>& m, const Data<T>& d) {
   size_t ok = 0;
-  float h[kHidden], p[kOut];
+  T h[kHidden], p[kOut];
   for (size_t i = 0; i < d.n; ++i) ok += forward(m, &d.x[i * kIn], h, p) == d.y[i];
   return static_cast<double>(ok) / static_cast<double>(d.n);
 }
@@ -112,7 +128,10 @@ double accuracy(const Model& m, const Data& d) {
 struct Options {
   int epochs = 3;
   size_t batch = 128, limit = 0;
-  float lr = 0.05f;
+  float lr32 = 0.05f;  // --lr as each dtype reads it
+  double lr64 = 0.05;
+  bool float64 = false;
+  std::string save;
   int die_rank = -1;
   size_t die_step = 10;
 };
@@ -123,14 +142,80 @@ Options parse(int argc, char** argv) {
     const char *flag = argv[i], *v = argv[i + 1];
     if (!std::strcmp(flag, "--epochs")) o.epochs = std::atoi(v);
     else if (!std::strcmp(flag, "--batch")) o.batch = std::strtoul(v, nullptr, 10);
-    else if (!std::strcmp(flag, "--lr")) o.lr = std::strtof(v, nullptr);
+    else if (!std::strcmp(flag, "--lr")) o.lr32 = std::strtof(v, nullptr), o.lr64 = std::strtod(v, nullptr);
     else if (!std::strcmp(flag, "--limit")) o.limit = std::strtoul(v, nullptr, 10);
+    else if (!std::strcmp(flag, "--dtype") && !std::strcmp(v, "float32")) o.float64 = false;
+    else if (!std::strcmp(flag, "--dtype") && !std::strcmp(v, "float64")) o.float64 = true;
+    else if (!std::strcmp(flag, "--dtype")) throw std::invalid_argument(std::string("--dtype ") + v + ": float32 or float64");
+    else if (!std::strcmp(flag, "--save")) o.save = v;
     else if (!std::strcmp(flag, "--die-rank")) o.die_rank = std::atoi(v);
     else if (!std::strcmp(flag, "--die-step")) o.die_step = std::strtoul(v, nullptr, 10);
     else throw std::invalid_argument(std::string("unknown option ") + flag);
   }
   if ((argc - 1) % 2 || o.batch == 0) throw std::invalid_argument("usage: see the top of train_mlp.cc");
   return o;
+}
+
+// Rank 0's --save: m's weights to path.
+template <typename T>
+void save(Model<T>& m, const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  bool ok = true;
+  for (const auto& r : m.refs()) ok = ok && std::fwrite(r.data, sizeof(T), r.count, f) == r.count;
+  if (std::fclose(f) != 0 || !ok) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+}
+
+template <typename T>
+void train_model(const Options& opt) {
+  const size_t batch = opt.batch;
+  const T lr = std::is_same_v<T, double> ? static_cast<T>(opt.lr64) : static_cast<T>(opt.lr32);
+  const char* dir = std::getenv("FASHION_MNIST");
+  int rank = libtrain::rank(), size = libtrain::size();
+  auto train = load<T>(dir ? dir : "/usr/share/datasets/fashion-mnist", "train", opt.limit);
+  auto test = load<T>(dir ? dir : "/usr/share/datasets/fashion-mnist", "t10k");
+  if (rank == 0)
+    std::printf("training on %d ranks (%s bootstrap, %d on this node), %zu samples, global batch %zu\n",
+                size, libtrain::bootstrap_method().c_str(), libtrain::local_size(), train.n, batch);
+  std::fflush(stdout);
+  Model<T> m, g;
+  // Drawn as floats in either dtype: float64 starts from float32's initial weights.
+  std::mt19937 rng(42u + static_cast<unsigned>(rank));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& w : m.w1) w = static_cast<T>(nd(rng) * std::sqrt(2.0f / kIn));
+  for (auto& w : m.w2) w = static_cast<T>(nd(rng) * std::sqrt(2.0f / kHidden));
+  libtrain::broadcast_parameters(m.refs());
+  libtrain::GradientReducer reducer(libtrain::world());
+  std::vector<size_t> perm(train.n);
+  const T scale = static_cast<T>(size) / static_cast<T>(batch);
+  double acc = 0;
+  size_t global_step = 0;
+  for (int epoch = 0; epoch < opt.epochs; ++epoch) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(static_cast<unsigned>(epoch)));  // same everywhere
+    for (size_t start = 0; start + batch <= train.n; start += batch, ++global_step) {
+      if (rank == opt.die_rank && global_step == opt.die_step) {
+        std::printf("rank %d: killing myself (SIGKILL) at step %zu\n", rank, global_step);
+        std::fflush(stdout);
+        ::kill(::getpid(), SIGKILL);
+      }
+      for (auto* v : {&g.w1, &g.b1, &g.w2, &g.b2}) std::fill(v->begin(), v->end(), T(0));
+      for (size_t i = start + static_cast<size_t>(rank); i < start + batch; i += static_cast<size_t>(size))
+        backward(m, &train.x[perm[i] * kIn], train.y[perm[i]], scale, g);
+      reducer.reduce(g.refs());
+      auto mr = m.refs(), gr = g.refs();
+      for (size_t t = 0; t < mr.size(); ++t)
+        for (size_t i = 0; i < mr[t].count; ++i) static_cast<T*>(mr[t].data)[i] -= lr * static_cast<T*>(gr[t].data)[i];
+    }
+    if (rank == 0) {  // the others go on to the next allreduce and wait there
+      acc = accuracy(m, test);
+      std::printf("epoch %d: test accuracy %.4f\n", epoch + 1, acc);
+      std::fflush(stdout);
+    }
+  }
+  libtrain::world().barrier();
+  if (rank == 0 && !opt.save.empty()) save(m, opt.save);
+  if (rank == 0) std::printf("final test accuracy %.4f after %d epochs on %d ranks\n", acc, opt.epochs, size);
 }
 
 // The libtrain error class, for messages like Python's ("PeerError: libtrain: ...").
@@ -149,52 +234,9 @@ const char* error_kind(const std::exception& e) {
 int main(int argc, char** argv) {
   try {
     Options opt = parse(argc, argv);
-    size_t batch = opt.batch;
-    const char* dir = std::getenv("FASHION_MNIST");
     libtrain::init();
-    int rank = libtrain::rank(), size = libtrain::size();
-    Data train = load(dir ? dir : "/usr/share/datasets/fashion-mnist", "train", opt.limit);
-    Data test = load(dir ? dir : "/usr/share/datasets/fashion-mnist", "t10k");
-    if (rank == 0)
-      std::printf("training on %d ranks (%s bootstrap, %d on this node), %zu samples, global batch %zu\n",
-                  size, libtrain::bootstrap_method().c_str(), libtrain::local_size(), train.n, batch);
-    std::fflush(stdout);
-    Model m, g;
-    std::mt19937 rng(42u + static_cast<unsigned>(rank));
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (auto& w : m.w1) w = nd(rng) * std::sqrt(2.0f / kIn);
-    for (auto& w : m.w2) w = nd(rng) * std::sqrt(2.0f / kHidden);
-    libtrain::broadcast_parameters(m.refs());
-    libtrain::GradientReducer reducer(libtrain::world());
-    std::vector<size_t> perm(train.n);
-    double acc = 0;
-    size_t global_step = 0;
-    for (int epoch = 0; epoch < opt.epochs; ++epoch) {
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), std::mt19937(static_cast<unsigned>(epoch)));  // same everywhere
-      for (size_t start = 0; start + batch <= train.n; start += batch, ++global_step) {
-        if (rank == opt.die_rank && global_step == opt.die_step) {
-          std::printf("rank %d: killing myself (SIGKILL) at step %zu\n", rank, global_step);
-          std::fflush(stdout);
-          ::kill(::getpid(), SIGKILL);
-        }
-        for (auto* v : {&g.w1, &g.b1, &g.w2, &g.b2}) std::fill(v->begin(), v->end(), 0.0f);
-        for (size_t i = start + static_cast<size_t>(rank); i < start + batch; i += static_cast<size_t>(size))
-          backward(m, &train.x[perm[i] * kIn], train.y[perm[i]], static_cast<float>(size) / static_cast<float>(batch), g);
-        reducer.reduce(g.refs());
-        auto mr = m.refs(), gr = g.refs();
-        for (size_t t = 0; t < mr.size(); ++t)
-          for (size_t i = 0; i < mr[t].count; ++i)
-            static_cast<float*>(mr[t].data)[i] -= opt.lr * static_cast<float*>(gr[t].data)[i];
-      }
-      if (rank == 0) {  // the others go on to the next allreduce and wait there
-        acc = accuracy(m, test);
-        std::printf("epoch %d: test accuracy %.4f\n", epoch + 1, acc);
-        std::fflush(stdout);
-      }
-    }
-    libtrain::world().barrier();
-    if (rank == 0) std::printf("final test accuracy %.4f after %d epochs on %d ranks\n", acc, opt.epochs, size);
+    if (opt.float64) train_model<double>(opt);
+    else train_model<float>(opt);
     libtrain::shutdown();
     return 0;
   } catch (const std::exception& e) {
