@@ -112,6 +112,25 @@ wait_root() {
   return 1
 }
 
+# The test images (contrib/images, each cached by its recipe) build in the background from here
+# on, while the build, unit, fuzz, sanitizer and package steps run: 25-35 minutes cold on 2
+# cores, mostly debootstrap, apt and compression, and the cluster steps wait for them (on a
+# fresh machine they were the longest path to the cluster step, so they start first). They
+# start once both release roots are in (release-root path waits for an installation in
+# progress): the roots and the Debian 13 and forky images share each release's download folder.
+# `slipway-sandbox images` then only pushes, and builds (and reports) whatever failed here. The
+# unit tests run beside them, as the sanitizers' always did: their timeouts allow for it
+# (cmake/SlipwayTesting.cmake).
+images_log=$roots_log/images
+if $need_images; then
+  mapfile -t image_names < <(cd "$repo/contrib/images" && ls -d -- */build | cut -d/ -f1)
+  (
+    "$release_root" path trixie >/dev/null; "$release_root" path forky >/dev/null
+    "$repo/contrib/images/build-image" "${image_names[@]}"
+  ) >"$images_log" 2>&1 &
+  images_pid=$!
+fi
+
 step "building in $build"
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 1
 cmake --build "$build" -j"$(nproc)" || exit 1
@@ -122,22 +141,6 @@ if want unit; then
   step "unit tests"
   ctest --test-dir "$build" --output-on-failure --timeout 300 -j"$(nproc)" 2>&1 | tee "$unit_log"
   count_ctest "$unit_log"
-fi
-
-# The test images (contrib/images, each cached by its recipe) build in the background from here
-# on, while the fuzz, sanitizer and package steps run: about 11 minutes cold, mostly debootstrap
-# and apt. They start once both release roots are in (release-root path waits for an installation
-# in progress): the roots and the Debian 13 and forky images share each release's download folder.
-# The cluster step waits for them; `slipway-sandbox images` then only pushes, and builds (and
-# reports) whatever failed here. Not earlier: the unit tests include timing-sensitive ones.
-images_log=$roots_log/images
-if $need_images; then
-  mapfile -t image_names < <(cd "$repo/contrib/images" && ls -d -- */build | cut -d/ -f1)
-  (
-    "$release_root" path trixie >/dev/null; "$release_root" path forky >/dev/null
-    "$repo/contrib/images/build-image" "${image_names[@]}"
-  ) >"$images_log" 2>&1 &
-  images_pid=$!
 fi
 
 # Each libFuzzer target for 10 s (tests/fuzz/run.sh, its own clang build in BUILD-fuzz): one
