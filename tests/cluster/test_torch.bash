@@ -65,16 +65,6 @@ setup_file() {
     JOB_TIMEOUT=180
 }
 
-# The versions, in the test's image, of what decides its numbers (the image records its Debian
-# packages: ../../contrib/images/libtrain-layers), on one line; shown with every accuracy, so
-# that an image built from a changed archive is a named difference.
-image_packages() {
-    run_job srun -N1 -n1 -K --container-image="$TORCH" sh -c \
-        "grep -E '^(python3-torch|libtorch[0-9.]*|python3-numpy|libopenblas0[a-z-]*|libgomp1) ' /etc/slipway-image.packages"
-    assert_success
-    paste -sd, <<<"$output" | sed 's/,/, /g'
-}
-
 teardown_file() { rm -rf "$(job_user_home)/slipway" "$CKPT_DIR" "$REFERENCE"; }
 
 # on_image NAME: the tests' commands run in test image NAME (TORCH is its reference).
@@ -170,25 +160,26 @@ reference_accuracy() {
     cat "$file"
 }
 
-# weights_difference A B: sets WEIGHTS_DIFF to the largest difference between the weights of
-# checkpoints A and B (names in $CKPT_DIR), read in the test's image.
-readonly WEIGHTS_DIFF_PY='import sys, torch
-a, b = (torch.load("/ckpt/" + f)["model"] for f in sys.argv[1:3])
+# Run in the test's image on checkpoints ONE and EIGHT (names in $CKPT_DIR), by the PyTorch that
+# wrote them (the host may have none: Debian 13), in one job: EIGHT's epoch, parameter names and
+# optimizer state; the largest difference between the two models' weights; and the versions of
+# what decides those numbers, from the Debian packages the image records
+# (../../contrib/images/libtrain-layers), so that an image built from a changed archive is a
+# named difference.
+readonly CHECKPOINTS_PY='import re, sys, torch
+one, eight = (torch.load("/ckpt/" + f) for f in sys.argv[1:3])
+print("checkpoint", eight["epoch"], sorted(eight["model"]), len(eight["optimizer"]["state"]))
+a, b = one["model"], eight["model"]
 assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-print("weights differ by at most %.3e" % max((a[k] - b[k]).abs().max().item() for k in a))'
-weights_difference() {
-    run_job srun -N1 -n1 -K --container-image="$TORCH" --container-mounts="$CKPT_DIR:/ckpt" \
-        python3 -c "$WEIGHTS_DIFF_PY" "$1" "$2"
-    assert_success
-    WEIGHTS_DIFF=$(sed -n 's/^weights differ by at most //p' <<<"$output")
-    [[ -n $WEIGHTS_DIFF ]] || fail "no weights difference printed: $output"
-}
+print("weights differ by at most %.3e" % max((a[k] - b[k]).abs().max().item() for k in a))
+wanted = re.compile(r"(python3-torch|libtorch[0-9.]*|python3-numpy|libopenblas0[a-z-]*|libgomp1) ")
+print("built from", ", ".join(l.strip() for l in open("/etc/slipway-image.packages") if wanted.match(l)))'
 
 # hvd_matches_one_process VIA: torch_hvd.py on 8 ranks, checkpointing; its weights and accuracy
 # are one process's, within what the summation order allows (HVD_ARGS), and the accuracy is real
 # training (> 0.7); rank 0's checkpoint holds the trained epochs.
 hvd_matches_one_process() {
-    local single multi ckpt=$CKPT_DIR/$IMAGE-$1.pt
+    local single multi diff ckpt=$CKPT_DIR/$IMAGE-$1.pt
     single=$(reference_accuracy)
     in_torch "$1" --container-mounts="$CKPT_DIR:/ckpt"
     rm -f "$ckpt"
@@ -199,20 +190,18 @@ hvd_matches_one_process() {
     assert_output_contains "training on 8 ranks (2 on this node)"
     multi=$(final_accuracy)
     echo "# $IMAGE: one process: $single, 8 ranks: $multi" >&2
-    echo "# $IMAGE: built from $(image_packages)" >&2
     [[ -n $single && -n $multi ]] || fail "no final accuracy (one process: '$single', 8 ranks: '$multi')"
     assert_file_exists "$ckpt"
-    weights_difference "$IMAGE-one.pt" "${ckpt##*/}"
-    echo "# $IMAGE: weights differ by at most $WEIGHTS_DIFF" >&2
-    awk -v d="$WEIGHTS_DIFF" -v t="$WEIGHTS_TOLERANCE" 'BEGIN { exit !(d <= t) }' \
-        || fail "the weights of 8 ranks and of one process differ by $WEIGHTS_DIFF, more than the summation order allows ($WEIGHTS_TOLERANCE)"
+    run_job srun -N1 -n1 -K "${IN_TORCH[@]}" python3 -c "$CHECKPOINTS_PY" "$IMAGE-one.pt" "${ckpt##*/}"
+    assert_success
+    sed -n 's/^\(weights differ\|built from\) /# '"$IMAGE"': &/p' <<<"$output" >&2
+    diff=$(sed -n 's/^weights differ by at most //p' <<<"$output")
+    [[ -n $diff ]] || fail "no weights difference printed"
+    awk -v d="$diff" -v t="$WEIGHTS_TOLERANCE" 'BEGIN { exit !(d <= t) }' \
+        || fail "the weights of 8 ranks and of one process differ by $diff, more than the summation order allows ($WEIGHTS_TOLERANCE)"
     awk -v a="$single" -v b="$multi" 'BEGIN { d = a - b; exit !(d <= 0.001 && d >= -0.001) }' \
         || fail "8 ranks reached $multi, one process $single: more than 0.001 apart"
     assert_less 0.7 "$single" "accuracy of one process"
-    # Read back by the PyTorch that wrote it, in the same image (the host may have none: Debian 13).
-    run_job srun -N1 -n1 -K "${IN_TORCH[@]}" python3 -c 'import sys, torch; s = torch.load(sys.argv[1])
-print("checkpoint", s["epoch"], sorted(s["model"]), len(s["optimizer"]["state"]))' "/ckpt/${ckpt##*/}"
-    assert_success
     assert_output_contains "checkpoint 2 ['fc1.bias', 'fc1.weight', 'fc2.bias', 'fc2.weight', 'fc3.bias', 'fc3.weight'] 6"
 }
 
