@@ -6,7 +6,9 @@ against values each rank computes itself; DistributedOptimizer and SyncBatchNorm
 process on the whole batch; errors (mismatches, a dead rank, a stalled rank) as exceptions on
 every rank within LIBTRAIN_TIMEOUT; hvd.init() beside torch.distributed's env:// rendezvous, in
 either order. The `cuda` scenario (alone) needs NCCL and a CUDA-enabled
-PyTorch, and exits 77 (skipped) without them.   usage: test_torch_hvd.py [SCENARIO...]"""
+PyTorch, and exits 77 (skipped) without them. Scenarios that must succeed run one after the other
+in one set of ranks (A+B+C): each spawn costs 4 PyTorch imports, most of the suite's time.
+usage: test_torch_hvd.py [SCENARIO[+SCENARIO...]...]"""
 import json
 import os
 import socket
@@ -334,8 +336,9 @@ def cuda():
 import time
 started = time.monotonic()  # the seconds until an error are counted from here, not from the spawn
 try:
-    {"cuda": cuda, "collectives": collectives, "optimizer": optimizer, "sync_batch_norm": sync_batch_norm,
-     "mismatch": mismatch, "dies": dies, "torch_distributed": torch_distributed}[scenario]()
+    for name in scenario.split("+"):
+        {"cuda": cuda, "collectives": collectives, "optimizer": optimizer, "sync_batch_norm": sync_batch_norm,
+         "mismatch": mismatch, "dies": dies, "torch_distributed": torch_distributed}[name]()
 except libtrain.Error as e:
     print(f"RESULT {json.dumps({'error': type(e).__name__, 'message': str(e), 'seconds': time.monotonic() - started})}",
           flush=True)
@@ -425,11 +428,12 @@ def main():
             sys.exit(77)
         expect_success("cuda")
         return
-    scenarios = sys.argv[1:] or ["collectives", "optimizer", "sync_batch_norm", "mismatch", "dies", "timeline",
+    scenarios = sys.argv[1:] or ["collectives+optimizer+sync_batch_norm", "mismatch", "dies", "timeline",
                                  "torch_distributed"]
     for scenario in scenarios:
-        if scenario in ("collectives", "optimizer", "sync_batch_norm"):
-            expect_success(scenario, {"LIBTRAIN_TORCH_BUCKET_BYTES": "2048"} if scenario == "optimizer" else None)
+        if set(scenario.split("+")) <= {"collectives", "optimizer", "sync_batch_norm"}:
+            # Small buckets: the optimizer's gradients span several (only DistributedOptimizer reads it).
+            expect_success(scenario, {"LIBTRAIN_TORCH_BUCKET_BYTES": "2048"})
         elif scenario == "mismatch":
             for which in ("count", "dtype", "shape"):
                 results = expect_all_raise("mismatch", {"MISMATCH": which}, within=15)
