@@ -198,7 +198,7 @@ lint_debs() {
     fi
   done
 }
-debs_dir=""  # the Debian 12 packages, for test_packages; it builds its own without them
+debs_dir="" debs_log=""  # the Debian 12 packages, for test_packages (it builds its own without them)
 if want packages; then
   step "Debian packages (12 and 13) and lintian"
   debs_dir=$(mktemp -d /tmp/slipway-debs.XXXXXX)
