@@ -228,6 +228,20 @@ assert_less() {
     awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }' || fail "${3:-value} $1 is not below $2"
 }
 
+# assert_trains_alike ONE EIGHT DIFF TOLERANCE: one process and 8 ranks trained alike
+# (test_libtrain, test_torch, in float64: each says why the tolerances hold): DIFF, the largest
+# difference between their weights, is within TOLERANCE, their final accuracies ONE and EIGHT are
+# within 0.001, and ONE is real training (> 0.7).
+assert_trains_alike() {
+    [[ -n $1 && -n $2 ]] || fail "no final accuracy (one process: '$1', 8 ranks: '$2')"
+    [[ -n $3 ]] || fail "no weights difference printed"
+    awk -v d="$3" -v t="$4" 'BEGIN { exit !(d <= t) }' \
+        || fail "the weights of 8 ranks and of one process differ by $3, more than the summation order allows ($4)"
+    awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(d <= 0.001 && d >= -0.001) }' \
+        || fail "8 ranks reached $2, one process $1: more than 0.001 apart"
+    assert_less 0.7 "$1" "accuracy of one process"
+}
+
 assert_file_exists() { [[ -e $1 ]] || fail "$1 does not exist"; }
 assert_no_file() { [[ ! -e $1 ]] || fail "$1 exists"; }
 
