@@ -23,7 +23,7 @@ while (($# > 0)); do
   case $1 in
     --only) only=${2:-} only_given=true; shift; (($# == 0)) || shift ;;
     --only=*) only=${1#--only=} only_given=true; shift ;;
-    -h | --help) sed -n '4,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '4,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "run-tests.sh: unknown argument '$1' (usage: run-tests.sh [--only STEP[,STEP...]])" >&2; exit 2 ;;
   esac
 done

@@ -156,14 +156,21 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Rank 0's --save: m's weights to path.
+// Rank 0's --save: m's weights to path, through path.tmp renamed over it, so that a failed save
+// leaves no half-written file under the name asked for.
 template <typename T>
 void save(Model<T>& m, const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot write " + path + " (as " + tmp + "): " + std::strerror(errno));
   bool ok = true;
   for (const auto& r : m.refs()) ok = ok && std::fwrite(r.data, sizeof(T), r.count, f) == r.count;
-  if (std::fclose(f) != 0 || !ok) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write " + path + ": " + std::strerror(err));
+  }
 }
 
 template <typename T>

@@ -431,7 +431,11 @@ def main():
     scenarios = sys.argv[1:] or ["collectives+optimizer+sync_batch_norm", "mismatch", "dies", "timeline",
                                  "torch_distributed"]
     for scenario in scenarios:
-        if set(scenario.split("+")) <= {"collectives", "optimizer", "sync_batch_norm"}:
+        succeeding = set(scenario.split("+")) <= {"collectives", "optimizer", "sync_batch_norm"}
+        if not succeeding and scenario not in ("mismatch", "dies", "timeline", "torch_distributed"):
+            raise SystemExit(f"test_torch_hvd.py: no scenario '{scenario}' (only collectives, optimizer and "
+                             "sync_batch_norm join with +)")
+        if succeeding:
             # Small buckets: the optimizer's gradients span several (only DistributedOptimizer reads it).
             expect_success(scenario, {"LIBTRAIN_TORCH_BUCKET_BYTES": "2048"})
         elif scenario == "mismatch":

@@ -68,5 +68,10 @@ out=$("$run_tests" --fast 2>&1 </dev/null); rc=$?
 check "unknown argument: refused" test "$rc" -eq 2
 check "unknown argument: named" has "$out" "^run-tests\.sh: unknown argument '--fast'"
 
+out=$("$run_tests" --help 2>&1 </dev/null); rc=$?
+check "--help: exit status" test "$rc" -eq 0
+check "--help: lists the steps" has "$out" '^--only runs .* unit, fuzz, sanitize, packages,$'
+check "--help: to the last step" has "$out" '^cluster \(Slurm 22\.05\), 24\.11, 26\.05;'
+
 echo "$passed passed, $failed failed"
 ((failed == 0))
