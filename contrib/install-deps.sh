@@ -6,8 +6,8 @@
 set -euo pipefail
 
 packages=(
-  # build
-  build-essential cmake pkg-config check
+  # build (ccache: contrib/run-tests.sh's builds reuse the last run's objects)
+  build-essential cmake pkg-config check ccache
   libcurl4-openssl-dev libarchive-dev libssl-dev libzstd-dev libdeflate-dev libisal-dev
   libseccomp-dev nlohmann-json3-dev libslurm-dev libpmix-dev libpmix2 pybind11-dev python3-dev
   python3-numpy libopenmpi-dev libgloo-dev

@@ -131,6 +131,14 @@ if $need_images; then
   images_pid=$!
 fi
 
+# Every build below (this one, the fuzz, ASan and TSan trees, the packages) goes through ccache:
+# a second run on the same machine, CI's included, compiles only what changed. Paths are hashed
+# relative to the checkout, so a clone in another folder hits the same objects.
+if command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR=$repo CCACHE_NOHASHDIR=1
+fi
+
 step "building in $build"
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 1
 cmake --build "$build" -j"$(nproc)" || exit 1

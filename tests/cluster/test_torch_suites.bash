@@ -20,7 +20,7 @@ setup_file() {
     SUITE_DIR=$(job_user_home)/torch-suites
     install -d -m 0755 -o slwuser "$SUITE_DIR"
     local suite
-    for suite in $SUITES; do
+    for suite in $SUITES forked_ranks.py; do  # forked_ranks.py: the suites' rank starter
         install -m 0644 -o slwuser "$REPO_DIR/tests/unit/libtrain/$suite" "$SUITE_DIR/"
     done
     PASSED_ON_2_6=$(mktemp)

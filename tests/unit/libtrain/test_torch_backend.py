@@ -5,13 +5,16 @@ x 2 (LIBTRAIN_NODE), so both shared memory and the TCP ring run. Checks every di
 over dtypes, empty and non-contiguous tensors and async_op; DDP against single-process training
 (and bitwise-equal weights on all ranks); the same DDP script on Gloo; a rank that exits mid-training
 and a size mismatch, which must raise on every other rank (not hang) within LIBTRAIN_TIMEOUT;
-torchrun (python3 -m libtrain.torch.run) starting 2 ranks on the backend."""
+torchrun (python3 -m libtrain.torch.run) starting 2 ranks on the backend. The ranks are forked
+from this process after one import of PyTorch and libtrain (forked_ranks.py)."""
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+import forked_ranks
 
 TIMEOUT = 10  # LIBTRAIN_TIMEOUT for the ranks
 
@@ -484,18 +487,12 @@ def run(scenario, nranks, tmp, deadline=60):
                    LIBTRAIN_NODE=f"fake-node-{r * 2 // nranks}", OMP_NUM_THREADS="1")
         env.pop("LIBTRAIN_BOOTSTRAP", None)
         env.pop("LIBTRAIN_COMPUTE_THREADS", None)  # libtrain.torch sets it (checked above)
-        procs.append(subprocess.Popen([sys.executable, "-c", RANK_CODE, scenario, out_dir], env=env))
+        # Forked from this process (forked_ranks.py), but leave_early's point is the interpreter's
+        # own exit, which only a fresh one has.
+        procs.append(forked_ranks.start(RANK_CODE, [scenario, out_dir], env, capture=False,
+                                        fresh=scenario == "leave_early"))
     start = time.monotonic()
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=max(1, deadline - (time.monotonic() - start))))
-        except subprocess.TimeoutExpired:
-            codes.append("hung")
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    codes = forked_ranks.wait(procs, deadline)
     print(f"{scenario}: exit codes {codes} in {time.monotonic() - start:.1f} s", flush=True)
     return codes, out_dir
 
@@ -560,6 +557,7 @@ def close_weights(a, b, atol):
 
 
 def main():
+    forked_ranks.preload("torch", "torch.distributed", "libtrain", "libtrain.torch")
     failures = []
     with tempfile.TemporaryDirectory(prefix="libtrain-pg-") as tmp:
         codes, out = run("collectives", 4, tmp)

@@ -7,15 +7,18 @@ process on the whole batch; errors (mismatches, a dead rank, a stalled rank) as 
 every rank within LIBTRAIN_TIMEOUT; hvd.init() beside torch.distributed's env:// rendezvous, in
 either order. The `cuda` scenario (alone) needs NCCL and a CUDA-enabled
 PyTorch, and exits 77 (skipped) without them. Scenarios that must succeed run one after the other
-in one set of ranks (A+B+C): each spawn costs 4 PyTorch imports, most of the suite's time.
+in one set of ranks (A+B+C). The ranks are forked from this process, which imports PyTorch and
+libtrain once (forked_ranks.py): a fresh interpreter per rank cost 4 PyTorch imports a set, most of the
+suite's time. The cuda scenario starts fresh interpreters: CUDA does not survive a fork.
 usage: test_torch_hvd.py [SCENARIO[+SCENARIO...]...]"""
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
+
+import forked_ranks
 
 RANKS = 4
 
@@ -355,27 +358,21 @@ def free_port():
 
 
 def run_ranks(scenario, extra_env=None, timeout=120):
-    """Runs RANK_CODE on RANKS local processes; returns [(exit code, stdout+stderr)] and seconds."""
+    """Runs RANK_CODE on RANKS local processes (forked_ranks); returns [(exit code, stdout+stderr)]
+    and seconds."""
     port = free_port()
-    procs = []
+    ranks = []
     start = time.monotonic()
     for r in range(RANKS):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(RANKS), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), LIBTRAIN_NODE=f"node{r // 2}", LIBTRAIN_TIMEOUT="20",
                    LIBTRAIN_BOOTSTRAP="env", OMP_NUM_THREADS="1")
         env.update(extra_env or {})
-        procs.append(subprocess.Popen([sys.executable, "-c", RANK_CODE, scenario], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    results = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError(f"{scenario}: a rank hung past {timeout} s")
-        results.append((p.returncode, out))
-    return results, time.monotonic() - start
+        ranks.append(forked_ranks.start(RANK_CODE, [scenario], env, fresh=scenario == "cuda"))
+    codes = forked_ranks.wait(ranks, timeout)
+    if "hung" in codes:
+        raise AssertionError(f"{scenario}: a rank hung past {timeout} s")
+    return [(code, rank.text()) for code, rank in zip(codes, ranks)], time.monotonic() - start
 
 
 def result_of(out):
@@ -430,6 +427,7 @@ def main():
         return
     scenarios = sys.argv[1:] or ["collectives+optimizer+sync_batch_norm", "mismatch", "dies", "timeline",
                                  "torch_distributed"]
+    forked_ranks.preload("torch", "libtrain", "libtrain.torch", "torchvision")
     for scenario in scenarios:
         succeeding = set(scenario.split("+")) <= {"collectives", "optimizer", "sync_batch_norm"}
         if not succeeding and scenario not in ("mismatch", "dies", "timeline", "torch_distributed"):
