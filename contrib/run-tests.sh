@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright The Slipway authors
 # Runs the whole Slipway test suite on a Debian 12 machine, as root: installs what it needs, builds,
-# runs the Check unit tests (CTest labels unit, userns, gpu), runs each fuzz target for 10 s
+# runs the unit tests (CTest labels unit, userns, gpu, gpu-standin), runs each fuzz target for 10 s
 # (tests/fuzz, clang; skipped without it), runs the unit tests again under ASan+UBSan and
 # libtrain's under TSan (tests/sanitizers), builds the Debian 12 and 13 packages and the EL9
 # RPMs and lints each, runs the integration tests on the local Slurm sandbox (tests/cluster) on
@@ -252,13 +252,20 @@ if want packages; then
   rm -rf "$rpms_dir" "$debs13_dir"
 fi
 
+# test_torch's PyTorch 2.6 tests (the torch-trixie image: Debian 13's PyTorch) run once: on Slurm
+# 24.11, Debian 13's own, when that step runs; here otherwise. What they check is the image's
+# PyTorch through the plugin, the same on either Slurm; the 1.13 tests run here on both paths.
+readonly TESTS_NOT_ON_22_05='^test_torch\.bash:.*_on_pytorch_2_6$'
+
 if want cluster; then
   step "integration tests on the sandbox cluster"
+  not_here=()
+  ! want 24.11 || not_here=(-x "$TESTS_NOT_ON_22_05")
   trap '"$sandbox" down >/dev/null 2>&1' EXIT
   cluster_log=$roots_log/cluster.log
   waiting wait "$images_pid" || echo "note: building the images ahead failed; slipway-sandbox images builds them now"
   if SLIPWAY_PLUGIN="$build/spank/spank_slipway.so" "$sandbox" up && waiting "$sandbox" images; then
-    SLIPWAY_BUILD_DIR="$build" SLIPWAY_REQUIRE_PLUGIN=1 SLIPWAY_DEBS_DIR="$debs_dir" "$repo/tests/cluster/run.bash" "$repo"/tests/cluster/test_*.bash 2>&1 |
+    SLIPWAY_BUILD_DIR="$build" SLIPWAY_REQUIRE_PLUGIN=1 SLIPWAY_DEBS_DIR="$debs_dir" "$repo/tests/cluster/run.bash" "${not_here[@]}" "$repo"/tests/cluster/test_*.bash 2>&1 |
       tee "$cluster_log"
     count_cluster "$cluster_log"
   else
@@ -277,8 +284,8 @@ fi
 # PyTorch suites and Horovod's examples (the same on every Slurm) and test_packages (it installs
 # Debian 12's packages): every option, the PMIx and PMI2 paths, named containers, saves, MPI,
 # GPUs, fabrics, host libraries, libtrain and torch run on both releases (docs/platform.md).
-# In test_torch, only the PyTorch 2.6 tests (Debian 13's own PyTorch) run on 24.11: the same tests
-# on 1.13, through the plugin and through slipway run, run on 22.05.
+# In test_torch, only the PyTorch 2.6 tests (Debian 13's own PyTorch) run on 24.11, and only
+# there: the same tests on 1.13, through the plugin and through slipway run, run on 22.05.
 readonly NOT_ON_24_11='/test_(cache_stress|import|import_identity|registry_mirrors|shared_cache|squashfs_mount|torch_suites|horovod_examples|packages)\.bash$'
 readonly TESTS_NOT_ON_24_11='^test_torch\.bash:.*_through_(the_plugin|slipway_run)$'
 

@@ -144,6 +144,14 @@ job_field() {
 
 job_user_home() { getent passwd slwuser | cut -d: -f6; }
 
+# selected REGEX: true when a test this run of the file will run (run.bash's -k and -x applied)
+# has a name matching REGEX; for setup_file, to prepare only what those tests use. Every test
+# when the file is sourced by something other than run.bash.
+selected() {
+    [[ -v SELECTED_TESTS ]] || return 0
+    tr ' ' '\n' <<<"$SELECTED_TESTS" | grep -qE -- "$1"
+}
+
 # ---------------------------------------------------------------- sandbox --
 
 sandbox_is_up() {

@@ -10,7 +10,8 @@
 # skips), then `N passed, N failed, N skipped`; exits non-zero if any test
 # failed. -k runs only the tests whose name matches (-f is the same); -x leaves
 # out those whose FILE:NAME (test_x.bash:test_y) does; -r runs each test N
-# times in a row (each run counted), after one setup_file.
+# times in a row (each run counted), after one setup_file. A file with no test
+# left to run is not set up.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -57,13 +58,17 @@ run_file() {
         # shellcheck source=/dev/null
         source "$file"
         echo "# $(basename "$file")"
+        # The tests to run, for setup_file (common.bash's `selected`): a file none of whose tests
+        # is chosen is not set up at all.
+        SELECTED_TESTS=$(list_tests "$file" | paste -sd' ')
+        [[ -n $SELECTED_TESTS ]] || exit 0
         t0=$(date +%s.%N)
         if declare -F setup_file >/dev/null; then
             setup_file || { echo "FAIL setup_file of $file: skipping its tests"; exit 1; }
             report setup "$(basename "$file")" "$(seconds_since "$t0")"
         fi
         log=$(mktemp)
-        for name in $(list_tests "$file" | awk -v n="$repeat" '{ for (i = 0; i < n; i++) print }'); do
+        for name in $(tr ' ' '\n' <<<"$SELECTED_TESTS" | awk -v n="$repeat" '{ for (i = 0; i < n; i++) print }'); do
             t0=$(date +%s.%N)
             run_one "$name" "$log"
             rc=$?
@@ -85,7 +90,7 @@ main() {
         shift 2
     done
     [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "run.bash: -r $repeat: not a count of runs (1 or more)"; exit 2; }
-    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '4,13s/^# \{0,1\}//p' "$0"; exit 2; }
+    [[ $# -gt 0 && $1 != -h && $1 != --help ]] || { sed -n '4,14s/^# \{0,1\}//p' "$0"; exit 2; }
     TALLY=$(mktemp)
     export TALLY
     local file

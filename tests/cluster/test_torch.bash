@@ -54,9 +54,13 @@ setup_file() {
     JOB_TIMEOUT=300
     local image via
     for image in $IMAGES; do
+        # Only the images the tests chosen use: run-tests.sh leaves the PyTorch 2.6 ones to 24.11.
+        if [[ $image == torch-trixie ]]; then selected '_on_pytorch_2_6$' || continue
+        else selected '_(through_the_plugin|through_slipway_run)$' || continue; fi
         on_image "$image"
         for via in plugin slipway-run; do
             [[ $via == plugin || $image == torch ]] || continue
+            [[ $via == plugin ]] || selected '_through_slipway_run$' || continue
             in_torch "$via"
             run_job srun -N4 --ntasks-per-node=1 -K "${IN_TORCH[@]}" true
             ((status == 0)) || fail "the $image image does not start through $via: $output"

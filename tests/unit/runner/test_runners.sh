@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright The Slipway authors
 # The runners' options, without a sandbox: run.bash on a scratch file of three tests (one fails)
-# whose setup_file counts its runs, and run-tests.sh --only with no such step, which must stop
+# whose setup_file counts its runs and asks which tests are selected, and run-tests.sh --only with no such step, which must stop
 # before it installs anything. Usage: test_runners.sh PATH/TO/run.bash PATH/TO/run-tests.sh
 set -uo pipefail
 run_bash=$1 run_tests=$2
@@ -15,15 +15,21 @@ check() {  # check NAME COMMAND...: one assertion
 has() { grep -qE -- "$2" <<<"$1" || { printf 'no line matching /%s/ in:\n%s\n' "$2" "$1"; return 1; }; }
 
 cat >"$tmp/test_fake.bash" <<EOF_TESTS
-setup_file() { echo run >>"$tmp/setups"; }
+setup_file() {
+  echo run >>"\$SLIPWAY_RUNNER_TMP/setups"
+  # common.bash's selected: what setup_file may leave out
+  if selected gamma; then echo gamma >>"\$SLIPWAY_RUNNER_TMP/selected"; fi
+  if selected delta; then echo delta >>"\$SLIPWAY_RUNNER_TMP/selected"; fi
+}
 test_alpha() { echo alpha >>"$tmp/ran"; }
 test_beta() { echo beta >>"$tmp/ran"; false; }
 test_gamma() { echo gamma >>"$tmp/ran"; }
 EOF_TESTS
 
 # run NAME ARGS...: run.bash ARGS on the scratch file; sets out and rc; empties the records.
+export SLIPWAY_RUNNER_TMP=$tmp
 run() {
-  rm -f "$tmp/setups" "$tmp/ran"
+  rm -f "$tmp/setups" "$tmp/ran" "$tmp/selected"
   out=$("$run_bash" "${@:2}" "$tmp/test_fake.bash" 2>&1)
   rc=$?
 }
@@ -39,6 +45,14 @@ run k -k 'test_(alpha|gamma)'
 check "-k: counts" has "$out" '^2 passed, 0 failed, 0 skipped$'
 check "-k: exit status" test "$rc" -eq 0
 check "-k: what ran" test "$(paste -sd' ' "$tmp/ran")" = "alpha gamma"
+
+check "all: selected sees the tests to run" test "$(paste -sd' ' "$tmp/selected")" = "gamma"
+
+run k2 -k alpha
+check "-k: selected sees only those" test ! -e "$tmp/selected"
+run none -k nothing_matches
+check "-k matching nothing: no setup_file" test ! -e "$tmp/setups"
+check "-k matching nothing: counts" has "$out" '^0 passed, 0 failed, 0 skipped$'
 
 run f -f gamma
 check "-f is -k" test "$(paste -sd' ' "$tmp/ran")" = "gamma"
