@@ -3,7 +3,7 @@
 """Who failed, on NCCL, through the Python module (what libtrain.torch's CUDA tensors use): the
 world's NCCL communicator (NcclCommunicator.world()) is given the world's CPU communicator, so
 when a rank dies the others' NCCL error names it. 3 ranks with the RANK/WORLD_SIZE bootstrap on
-the NCCL/CUDA stand-in (standin_nccl.c; host memory as device memory). Usage:
+the NCCL/CUDA stand-in (standin_nccl.c, standin_cudart.c; host memory as device memory). Usage:
 test_nccl_culprit.py STANDIN_DIR. Exits 77 (skipped) when libtrain was built without NCCL."""
 import os
 import socket
