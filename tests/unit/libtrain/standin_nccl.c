@@ -17,8 +17,9 @@
  * - ncclGroupStart/End: the group's calls on one stream become one piece of its work that first
  *   writes every input and send, then completes each call, so sends and receives in a group never
  *   wait for each other.
- * - A peer that died (its pid is gone) is what NCCL reports as ncclRemoteError ("remote process
- *   exited") through ncclCommGetAsyncError; STANDIN_NCCL_ON_DEATH=hang reports nothing instead,
+ * - A peer that died (its pid is gone) while a call waits for its part is what NCCL reports as
+ *   ncclRemoteError ("remote process exited") through ncclCommGetAsyncError;
+ *   STANDIN_NCCL_ON_DEATH=hang reports nothing instead,
  *   as NCCL does on transports that never notice, so the caller's timeout must. A collective
  *   waiting for a dead peer waits, as NCCL's kernels do, until ncclCommAbort. */
 #include <errno.h>
@@ -60,6 +61,7 @@ struct comm {
   int aborted;        /* work still waiting gives up */
   int pending;        /* calls queued and not done */
   char awaited[4200]; /* the part a call waits for, "" while none is missing (under mu) */
+  int awaited_from;   /* whose part that is */
   int refs;           /* the user's handle and each call queued */
   pthread_mutex_t mu;
 };
@@ -281,6 +283,7 @@ static int read_part(struct comm* c, const struct op* o, int from, void* buf, si
     }
     pthread_mutex_lock(&c->mu);
     snprintf(c->awaited, sizeof c->awaited, "%s", path);
+    c->awaited_from = from;
     pthread_mutex_unlock(&c->mu);
     if (aborted(c)) return 0;
     struct timespec d = {0, sleep_ns};
@@ -547,30 +550,33 @@ static int is_dead(int pid) {
   return paren && (paren[1] == ' ') && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
-/* ncclRemoteError once a peer's pid is gone, unless STANDIN_NCCL_ON_DEATH=hang: while nothing is
- * queued, or a call waits for a part that is not there. A call that has every part it needs
- * finishes first, as NCCL's kernel does once the data is in: a peer that sent its part and
- * exited fails the next call, not this one. */
+/* Whether rank R of C is gone. */
+static int peer_dead(const struct comm* c, int r) {
+  char path[4200];
+  int pid = 0, dead = 0;
+  snprintf(path, sizeof path, "%s/pid.%d", c->dir, r);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  if (fscanf(f, "%d", &pid) == 1 && pid > 0) dead = is_dead(pid);
+  fclose(f);
+  return dead;
+}
+
+/* ncclRemoteError once a call waits for a part that is missing and the rank it is from is gone,
+ * unless STANDIN_NCCL_ON_DEATH=hang. A call that has, or will get, every part it needs finishes,
+ * as NCCL's kernel does once the data is in: a peer that sent its part and exited fails the next
+ * call that needs it, not this one. */
 int ncclCommGetAsyncError(struct comm* c, int* err) {
   *err = ncclSuccess;
   const char* mode = getenv("STANDIN_NCCL_ON_DEATH");
   if (!c || (mode && strcmp(mode, "hang") == 0)) return ncclSuccess;
-  if (__atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) > 0) {
-    char awaited[sizeof c->awaited];
-    pthread_mutex_lock(&c->mu);
-    memcpy(awaited, c->awaited, sizeof awaited);
-    pthread_mutex_unlock(&c->mu);
-    if (!awaited[0] || access(awaited, F_OK) == 0) return ncclSuccess;  /* the call goes on */
-  }
-  for (int r = 0; r < c->size; ++r) {
-    char path[4200];
-    int pid = 0;
-    snprintf(path, sizeof path, "%s/pid.%d", c->dir, r);
-    FILE* f = fopen(path, "r");
-    if (!f) continue;
-    if (fscanf(f, "%d", &pid) == 1 && pid > 0 && is_dead(pid)) *err = ncclRemoteError;
-    fclose(f);
-  }
+  if (__atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) == 0) return ncclSuccess;
+  char awaited[sizeof c->awaited];
+  pthread_mutex_lock(&c->mu);
+  memcpy(awaited, c->awaited, sizeof awaited);
+  int from = c->awaited_from;
+  pthread_mutex_unlock(&c->mu);
+  if (awaited[0] && access(awaited, F_OK) != 0 && peer_dead(c, from)) *err = ncclRemoteError;
   return ncclSuccess;
 }
 
