@@ -6,7 +6,8 @@
 # `slipway doctor`, the bundle's CUDA image imported and run with the default exposure (the
 # image's NVIDIA_VISIBLE_DEVICES=all) and with --dl-gpus=1 (nvidia-smi -L and a CUDA kernel inside,
 # also with LD_LIBRARY_PATH unset), NVIDIA_VISIBLE_DEVICES=void giving no GPU, and libtrain's GPU
-# tests (NCCL communicator, ranks sharing a GPU refused by name). Prints one line per check and one
+# tests (NCCL communicator, ranks sharing a GPU refused by name, the gpu-standin cases on the real
+# CUDA and NCCL). Prints one line per check and one
 # summary line; exits 0 when all passed, 1 when one failed, 77 (skipped) on a node without GPU.
 #   gpu-node-check.sh [-v]      (-v: show every check's output)
 set -uo pipefail
@@ -52,7 +53,7 @@ summary() {
 
 # No GPU: every check is skipped, never passed.
 if [[ ! -e /dev/nvidiactl ]] || ! compgen -G '/dev/nvidia[0-9]*' >/dev/null; then
-    skipped=7
+    skipped=8
     summary "no NVIDIA GPU on $(hostname): /dev/nvidiactl or /dev/nvidiaN missing"
     exit 77
 fi
@@ -75,5 +76,9 @@ check "NVIDIA_VISIBLE_DEVICES=void: no GPU in the container" 'cuda-check: (no CU
 check "libtrain: NCCL communicator; ranks sharing a GPU refused by name" 'ok: NCCL communicator' \
     "$bundle/bin/libtrain_test_nccl"
 check "launcher: the node's GPUs found and planned" '' "$bundle/bin/test_dl_gpu_real"
+# The gpu-standin cases that can run on this node's real CUDA and NCCL (one rank per GPU; those
+# that need the stand-in's own calls or more GPUs say "skipped: ..." and are left out).
+check "libtrain: the gpu-standin cases on the real CUDA and NCCL" '100%: Checks: [1-9][0-9]*, Failures: 0, Errors: 0' \
+    env -u CK_RUN_CASE "$bundle/bin/libtrain_test_gpu_standin"
 summary
 ((failed == 0))

@@ -46,6 +46,13 @@ for t in tests/unit/libtrain/libtrain_test_nccl tests/unit/launcher_dl/test_dl_g
 done
 cp -P "$build"/libtrain/libtrain.so* "$out/lib/"
 copy_with_deps "$build"/libtrain/libtrain.so
+# The gpu-standin cases (test_gpu_standin.cc, written against CUDA's and NCCL's headers), to run
+# against the real libraries: the binary alone. It was linked against the build's stand-in
+# libnccl.so.2 and libcudart.so.13, whose real namesakes libtrain brought into lib/ above
+# (LD_LIBRARY_PATH comes before the binary's RUNPATH).
+t=tests/unit/libtrain/libtrain_test_gpu_standin
+[[ -x $build/$t ]] || die "no $build/$t"
+cp "$build/$t" "$out/bin/"
 
 # The image: busybox, the C/C++ runtime with an ld.so cache, /usr/bin/cuda-check.
 rootfs=$(mktemp -d)
