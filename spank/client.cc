@@ -29,6 +29,7 @@ launcher::RegistryOptions registry_options(const PluginConfig& cfg) {
   r.ca_file = cfg.ca_file;
   r.min_rate_bytes = cfg.registry_min_rate;
   r.timeout_s = cfg.registry_timeout_s;
+  r.mirror_silence_s = cfg.registry_mirror_timeout_s;
   if (const char* home = getenv("HOME")) {
     std::string creds = std::string(home) + "/.config/slipway/credentials";
     if (access(creds.c_str(), R_OK) == 0) r.credentials_file = creds;

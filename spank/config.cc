@@ -78,6 +78,15 @@ constexpr std::array kConfigKeys = {
                 c.registry_timeout_s = r.timeout_s;
                 return Status();
               }},
+    ConfigKey{"registry_mirror_timeout", "seconds a mirror may send nothing (no answer, or a body "
+                                         "that stopped) before it is dropped for the registry "
+                                         "(default 10; 1 to 3600)",
+              [](PluginConfig& c, std::string_view v) {
+                launcher::RegistryOptions r;
+                SLIPWAY_TRY(launcher::parse_registry_limit(r, "registry_mirror_timeout", v));
+                c.registry_mirror_timeout_s = r.mirror_silence_s;
+                return Status();
+              }},
     ConfigKey{"max_image_size", "largest unpacked image imported, e.g. 64G (the default)",
               [](PluginConfig& c, std::string_view v) {
                 return launcher::parse_import_bound(c.import_bounds, "max_image_size", v);

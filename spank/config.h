@@ -31,6 +31,7 @@ struct PluginConfig {
   launcher::ImportBounds import_bounds;  // max_image_size=, max_layer_ratio=, min_free_space=
   long registry_min_rate = 64 << 10;  // registry_min_rate=: bytes/s over 30 s (RegistryOptions)
   long registry_timeout_s = -1;   // registry_timeout=: RegistryOptions::timeout_s (-1: auto)
+  long registry_mirror_timeout_s = 10;  // registry_mirror_timeout=: RegistryOptions::mirror_silence_s
   bool sbatch_support = false;   // run the batch script itself in the container
   bool execute_entrypoint = false;  // default of --container-entrypoint
   bool mount_home = true;        // default of --container-mount-home

@@ -47,6 +47,7 @@ launcher::Result<launcher::ImportedImage> import_for(spank_t sp, const StepIds& 
   opts.registry.ca_file = st.config.ca_file;
   opts.registry.min_rate_bytes = st.config.registry_min_rate;
   opts.registry.timeout_s = st.config.registry_timeout_s;
+  opts.registry.mirror_silence_s = st.config.registry_mirror_timeout_s;
   std::string creds = home_of(ids.uid) + "/.config/slipway/credentials";
   if (access(creds.c_str(), R_OK) == 0) opts.registry.credentials_file = creds;
   // Progress of a long import (at most a line a second), shown from one node only.

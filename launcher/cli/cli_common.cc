@@ -55,7 +55,8 @@ ImportOptions import_options() {
     exit(2);
   }
   for (const auto& [var, key] : {std::pair{"SLIPWAY_REGISTRY_MIN_RATE", "registry_min_rate"},
-                                 std::pair{"SLIPWAY_REGISTRY_TIMEOUT", "registry_timeout"}}) {
+                                 std::pair{"SLIPWAY_REGISTRY_TIMEOUT", "registry_timeout"},
+                                 std::pair{"SLIPWAY_REGISTRY_MIRROR_TIMEOUT", "registry_mirror_timeout"}}) {
     std::string value = env_or(var, "");
     if (value.empty()) continue;
     if (Status st = parse_registry_limit(o.registry, key, value); !st.ok()) {

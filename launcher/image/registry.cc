@@ -153,6 +153,13 @@ Status parse_registry_limit(RegistryOptions& opts, std::string_view key, std::st
     opts.timeout_s = secs;
     return Status();
   }
+  if (key == "registry_mirror_timeout") {
+    char* end = nullptr;
+    long secs = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || secs < 1 || secs > 3600) return bad("a number of seconds from 1 to 3600");
+    opts.mirror_silence_s = secs;
+    return Status();
+  }
   return Status::error("unknown registry limit '" + std::string(key) + "'", EINVAL);
 }
 

@@ -48,14 +48,15 @@ struct RegistryOptions {
   long auto_timeout_slack_s = 60;   // auto: this, plus the declared bytes at min_rate_bytes/s, ...
   long auto_timeout_cap_s = 3600;   // ... at most this (not site settings: tests scale them)
   int max_retries = 4;
-  // A mirror that sends nothing for this long (no answer yet, or a body that stopped) is dropped
-  // as one that failed: a hung mirror costs an import this long, not the registry's limits above
-  // (30 s a request by default, forever with registry_min_rate=0). Not a site setting.
+  // registry_mirror_timeout=: a mirror that sends nothing for this long (no answer yet, or a body
+  // that stopped) is dropped as one that failed: a hung mirror costs an import this long, not the
+  // registry's limits above (30 s a request by default, forever with registry_min_rate=0).
   long mirror_silence_s = 10;
 };
 
-// registry_min_rate= (a size per second: 1M, 64K, 0 for none) and registry_timeout= (seconds, 0
-// for none, "auto"), as the plugin and SLIPWAY_REGISTRY_MIN_RATE / SLIPWAY_REGISTRY_TIMEOUT take them.
+// registry_min_rate= (a size per second: 1M, 64K, 0 for none), registry_timeout= (seconds, 0
+// for none, "auto") and registry_mirror_timeout= (seconds, 1 to 3600), as the plugin and
+// SLIPWAY_REGISTRY_MIN_RATE / SLIPWAY_REGISTRY_TIMEOUT / SLIPWAY_REGISTRY_MIRROR_TIMEOUT take them.
 Status parse_registry_limit(RegistryOptions& opts, std::string_view key, std::string_view value);
 
 // The seconds an import of an image declaring DECLARED_BYTES (config and layers, as its manifest

@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (std::string_view key : {"max_image_size", "max_layer_ratio", "min_free_space", "other"})
     (void)sl::parse_import_bound(bounds, key, text);
   sl::RegistryOptions registry;
-  for (std::string_view key : {"registry_min_rate", "registry_timeout", "other"})
+  for (std::string_view key : {"registry_min_rate", "registry_timeout", "registry_mirror_timeout", "other"})
     (void)sl::parse_registry_limit(registry, key, text);
   return 0;
 }

@@ -315,6 +315,17 @@ START_TEST(slow_registry_times_out_with_the_blob_named) {
     RegistryOptions r;
     ck_assert(!parse_registry_limit(r, "registry_timeout", "soon").ok());
     ck_assert(!parse_registry_limit(r, "registry_min_rate", "fast").ok());
+    // registry_mirror_timeout=: whole seconds from 1 to 3600 (0 would wait on a hung mirror forever).
+    ck_assert_int_eq(r.mirror_silence_s, 10);
+    ck_assert(parse_registry_limit(r, "registry_mirror_timeout", "3").ok());
+    ck_assert_int_eq(r.mirror_silence_s, 3);
+    for (const char* bad : {"0", "3601", "-1", "2s", ""}) {
+      Status st = parse_registry_limit(r, "registry_mirror_timeout", bad);
+      ck_assert_msg(!st.ok(), "registry_mirror_timeout=%s accepted", bad);
+      ASSERT_CONTAINS(st.message(), "registry_mirror_timeout='" + std::string(bad) +
+                                        "' is not a number of seconds from 1 to 3600");
+    }
+    ck_assert_int_eq(r.mirror_silence_s, 3);
   }
   remove_all(dir);
 }

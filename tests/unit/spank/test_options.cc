@@ -82,6 +82,23 @@ START_TEST(plugstack_rejects_unknown_and_bad_values) {
   ck_assert(c.status().message().find("cache_dir") != std::string::npos);
   ck_assert(!parse({"cache_dir=relative"}).ok());
   ck_assert(!parse({"cache_dir"}).ok());
+  ck_assert(!parse({"registry_mirror_timeout=0"}).ok());
+}
+END_TEST
+
+// registry_mirror_timeout=: how long a silent mirror is waited for (RegistryOptions::mirror_silence_s).
+START_TEST(plugstack_registry_mirror_timeout) {
+  auto c = parse({});
+  ck_assert(c.ok());
+  ck_assert_int_eq(c->registry_mirror_timeout_s, 10);
+  c = parse({"registry_mirror_timeout=2"});
+  ck_assert(c.ok());
+  ck_assert_int_eq(c->registry_mirror_timeout_s, 2);
+  c = parse({"registry_mirror_timeout=soon"});
+  ck_assert(!c.ok());
+  ck_assert_msg(c.status().message().find("registry_mirror_timeout='soon' is not a number of seconds") !=
+                    std::string::npos,
+                "%s", c.status().message().c_str());
 }
 END_TEST
 
@@ -339,6 +356,7 @@ Suite* make_suite(void) {
   tcase_add_test(tc, option_table_is_complete);
   tcase_add_test(tc, plugstack_keys_parse);
   tcase_add_test(tc, plugstack_rejects_unknown_and_bad_values);
+  tcase_add_test(tc, plugstack_registry_mirror_timeout);
   tcase_add_test(tc, plugstack_dl_gpus_default);
   tcase_add_test(tc, mounts_parse_and_reject_bad_specs);
   tcase_add_test(tc, mounts_take_pyxis_mount_flags);
