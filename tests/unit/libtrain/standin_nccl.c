@@ -60,6 +60,7 @@ struct comm {
   long *sent, *received;  /* per peer: sends and receives called so far */
   int aborted;        /* work still waiting gives up */
   int pending;        /* calls queued and not done */
+  int executing;      /* calls a stream's thread is running: they read and write the user's buffers */
   char awaited[4200]; /* the part a call waits for, "" while none is missing (under mu) */
   int awaited_from;   /* whose part that is */
   int refs;           /* the user's handle and each call queued */
@@ -351,16 +352,21 @@ static void complete(struct op* o) {
   free(parts);
 }
 
-/* One piece of a stream's work: a call, or a group's calls on that stream. */
+/* One piece of a stream's work: a call, or a group's calls on that stream. Each call counts as
+ * executing from before its first look at `aborted` until it is done with the user's buffers, so
+ * that ncclCommAbort can wait for it (seq_cst on both sides: either abort sees it executing, or
+ * it sees the abort). */
 static void run_ops(void* p) {
   struct op* ops = p;
+  for (struct op* o = ops; o; o = o->next) __atomic_add_fetch(&o->comm->executing, 1, __ATOMIC_SEQ_CST);
   for (struct op* o = ops; o; o = o->next)
-    if (!aborted(o->comm)) post(o);
+    if (!__atomic_load_n(&o->comm->aborted, __ATOMIC_SEQ_CST)) post(o);
   while (ops) {
     struct op* o = ops;
     ops = o->next;
     if (!aborted(o->comm)) complete(o);
     __atomic_sub_fetch(&o->comm->pending, 1, __ATOMIC_ACQ_REL);
+    __atomic_sub_fetch(&o->comm->executing, 1, __ATOMIC_SEQ_CST);
     comm_unref(o->comm);
     free(o);
   }
@@ -580,10 +586,16 @@ int ncclCommGetAsyncError(struct comm* c, int* err) {
   return ncclSuccess;
 }
 
-/* The calls still queued give up (NCCL's kernels stop); the communicator is freed once they did. */
+/* The calls still queued give up (NCCL's kernels stop), and it returns once none touches the
+ * user's buffers any more, as NCCL's does once its kernels are gone; the communicator is freed
+ * once the calls queued are. */
 int ncclCommAbort(struct comm* c) {
   if (!c) return ncclSuccess;
-  __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&c->executing, __ATOMIC_SEQ_CST) > 0) {
+    struct timespec d = {0, 100000};
+    nanosleep(&d, NULL);
+  }
   comm_unref(c);
   return ncclSuccess;
 }

@@ -274,6 +274,9 @@ START_TEST(a_killed_rank_is_named_within_the_timeout) {
     } catch (const PeerError& e) {
       first = e.what();
     }
+    // A survivor that left at once would look like a second death to one still on its way to
+    // the CPU communicator's barrier (the ranks see the failure up to a second apart under TSan).
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     try {
       nccl.allreduce_async(buf, buf, 100, DataType::kFloat32, ReduceOp::kSum, caller);
     } catch (const PeerError& e) {
