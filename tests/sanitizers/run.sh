@@ -34,18 +34,20 @@ configure() {
   return 1
 }
 
-# run NAME DIR CTEST-SELECTION...: builds the Check executables the selection names (a Check
-# test's name is its target's) and runs them; one summary line.
+# run NAME DIR CTEST-SELECTION...: builds the Check executables the selection runs (a Check
+# test's name is its target's, or TARGET.CASE for one that runs a single case of TARGET) and
+# runs them; one summary line.
 run() {
   local name=$1 dir=$2 start=$SECONDS
   shift 2
-  local tests
+  local tests targets
   mapfile -t tests < <(ctest --test-dir "$dir" -N -L check "$@" | sed -n 's/^ *Test *#[0-9]*: //p')
   if ((${#tests[@]} == 0)); then
     echo "FAIL sanitize $name: no test selected in $dir"
     return 1
   fi
-  if ! cmake --build "$dir" -j"$jobs" --target "${tests[@]}" >"$work/$name.build" 2>&1; then
+  mapfile -t targets < <(printf '%s\n' "${tests[@]}" | sed 's/\..*//' | sort -u)
+  if ! cmake --build "$dir" -j"$jobs" --target "${targets[@]}" >"$work/$name.build" 2>&1; then
     tail -n 60 "$work/$name.build"
     echo "FAIL sanitize $name: build failed in $dir"
     return 1

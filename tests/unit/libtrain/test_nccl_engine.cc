@@ -274,9 +274,16 @@ START_TEST(a_killed_rank_is_named_within_the_timeout) {
     } catch (const PeerError& e) {
       first = e.what();
     }
-    // A survivor that left at once would look like a second death to one still on its way to
-    // the CPU communicator's barrier (the ranks see the failure up to a second apart under TSan).
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    // No survivor leaves before every survivor has its error: one that left would look like a
+    // second death to another still on its way to the CPU communicator's barrier (the ranks saw
+    // the failure over 2 s apart under ASan beside other work).
+    scratch.write(10 + rank, "seen");
+    for (int i = 0; i < 2000; ++i) {
+      int seen = 0;
+      for (int r = 0; r < 3; ++r) seen += !scratch.read(10 + r).empty();
+      if (seen == 3) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     try {
       nccl.allreduce_async(buf, buf, 100, DataType::kFloat32, ReduceOp::kSum, caller);
     } catch (const PeerError& e) {
