@@ -232,11 +232,16 @@ void NcclWork::wait(DeviceStream stream) const {
   device::wait_event(stream, state_->event);
 }
 
+// An aborted communicator's stream goes on (its work dropped, as NCCL's kernels are), so the
+// event of work that failed completes too: a completion counts only if the watcher did not fail it.
 bool NcclWork::done() const {
   if (!state_) return true;
   int s = state_->status;
   if (s == State::kFailed) state_->engine->raise();
-  return s == State::kDone || device::event_done(state_->event);
+  if (s == State::kDone) return true;
+  if (!device::event_done(state_->event)) return false;
+  if (state_->engine->failed && state_->status != State::kDone) state_->engine->raise();
+  return true;
 }
 
 void NcclWork::synchronize() const {
@@ -254,7 +259,10 @@ void NcclWork::synchronize() const {
     }
     if (e.stopping) {
       lk.unlock();
-      if (device::event_done(state_->event)) return;
+      if (device::event_done(state_->event)) {
+        if (e.failed && state_->status != State::kDone) e.raise();
+        return;
+      }
       if (detail::Clock::now() >= deadline)
         throw TimeoutError("libtrain: NCCL collective did not finish within LIBTRAIN_TIMEOUT; a peer died or hung");
       std::this_thread::sleep_for(std::chrono::microseconds(100));
