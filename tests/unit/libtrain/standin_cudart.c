@@ -184,20 +184,25 @@ static struct standin_stream* resolve(void* handle) {
   return s;
 }
 
-/* Queues a task; its number (done reaches it when it ran) in *number when given. */
+/* Appends T to S, whose lock the caller holds; returns its number (done reaches it when it ran). */
+static unsigned long append_locked(struct standin_stream* s, struct task* t) {
+  if (s->tail)
+    s->tail->next = t;
+  else
+    s->head = t;
+  s->tail = t;
+  pthread_cond_broadcast(&s->cv);
+  return ++s->queued;
+}
+
+/* Queues a task; its number in *number when given. */
 static int enqueue(struct standin_stream* s, void (*fn)(void*), void* arg, unsigned long* number) {
   struct task* t = calloc(1, sizeof *t);
   if (!t) return kMemoryAllocation;
   t->fn = fn;
   t->arg = arg;
   pthread_mutex_lock(&s->mu);
-  if (s->tail)
-    s->tail->next = t;
-  else
-    s->head = t;
-  s->tail = t;
-  unsigned long n = ++s->queued;
-  pthread_cond_broadcast(&s->cv);
+  unsigned long n = append_locked(s, t);
   pthread_mutex_unlock(&s->mu);
   if (number) *number = n;
   return kSuccess;
@@ -358,14 +363,8 @@ int cudaEventRecord(struct event* e, void* handle) {
   t->fn = run_record;
   t->arg = r;
   pthread_mutex_lock(&s->mu);
-  if (s->tail)
-    s->tail->next = t;
-  else
-    s->head = t;
-  s->tail = t;
   e->stream = s;
-  e->number = ++s->queued;
-  pthread_cond_broadcast(&s->cv);
+  e->number = append_locked(s, t);
   pthread_mutex_unlock(&s->mu);
   pthread_mutex_unlock(&e->mu);
   return kSuccess;
