@@ -465,6 +465,15 @@ elif scenario == "exit":
         print(f"rank {r}: raised after {took:.1f} s: {type(e).__name__}: {str(e)[:200]}", flush=True)
         assert took < float(os.environ["LIBTRAIN_TIMEOUT"]) + 5, took
         os._exit(0)  # leave at once: the group cannot be shut down cleanly without rank 1
+# Rank 0 serves the store the ranks met through (init_process_group's barrier): it leaves last,
+# so that a rank still on its way out of that barrier is not cut off ("Connection reset by peer")
+# when a scenario ends fast (mismatch) and rank 0 leaves at once, as a forked rank does.
+store = dist.distributed_c10d._get_default_store()
+store.add("libtrain_test_done", 1)
+if r == 0:
+    deadline = time.monotonic() + 30
+    while store.add("libtrain_test_done", 0) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
 print(f"rank {r}: {scenario} ok", flush=True)
 '''
 
