@@ -16,6 +16,7 @@
 #ifdef LIBTRAIN_HAVE_NCCL
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -67,6 +68,7 @@ namespace detail {
 // What the communicator, its watcher thread and the handles share.
 struct NcclEngine {
   static constexpr auto kGrace = std::chrono::milliseconds(20);
+  static constexpr std::chrono::microseconds kFirstPause{50}, kLastPause{1000};
   int rank = 0, size = 0;
   Seconds timeout{300};
   Communicator* peers = nullptr;
@@ -161,10 +163,13 @@ struct NcclEngine {
   }
 
   // The watcher: the oldest completion's event, else the communicator's error, else its time.
+  // It polls from 50 us up to every ms while the same work is pending (done() and synchronize()
+  // ask the event themselves, so this only bounds how late a failure or the timeout is seen).
   void watch() {
     std::unique_lock<std::mutex> lk(mu);
     const NcclWork::State* front_seen = nullptr;
     Clock::time_point front_since;
+    auto pause = kFirstPause;
     while (true) {
       cv.wait(lk, [&] { return stopping || !outstanding.empty(); });
       if (stopping) return;
@@ -172,6 +177,7 @@ struct NcclEngine {
       if (front.get() != front_seen) {
         front_seen = front.get();
         front_since = Clock::now();  // it waited for nothing of ours before
+        pause = kFirstPause;
       }
       lk.unlock();
       std::string error;
@@ -211,7 +217,8 @@ struct NcclEngine {
         cv.notify_all();
         continue;
       }
-      cv.wait_for(lk, std::chrono::microseconds(50));
+      cv.wait_for(lk, pause);
+      pause = std::min(pause * 2, kLastPause);
     }
   }
 
@@ -244,32 +251,20 @@ bool NcclWork::done() const {
   return true;
 }
 
+// Polls done() (which throws the communicator's error), from 10 us up to every 100 us, woken
+// early by the watcher; the watcher's timeout ends it, and for work that outlived its
+// communicator (no watcher any more) the timeout counted from here.
 void NcclWork::synchronize() const {
   if (!state_) return;
   auto& e = *state_->engine;
-  // A backstop for work that outlived its communicator (no watcher any more): the timeout, from here.
   auto deadline = detail::Clock::now() + e.timeout_duration();
-  std::unique_lock<std::mutex> lk(e.mu);
-  while (true) {
-    int s = state_->status;
-    if (s == State::kDone) return;
-    if (s == State::kFailed) {
-      lk.unlock();
-      e.raise();
-    }
-    if (e.stopping) {
-      lk.unlock();
-      if (device::event_done(state_->event)) {
-        if (e.failed && state_->status != State::kDone) e.raise();
-        return;
-      }
-      if (detail::Clock::now() >= deadline)
-        throw TimeoutError("libtrain: NCCL collective did not finish within LIBTRAIN_TIMEOUT; a peer died or hung");
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-      lk.lock();
-      continue;
-    }
-    e.cv.wait_for(lk, std::chrono::milliseconds(1));
+  std::chrono::microseconds pause{10};
+  while (!done()) {
+    std::unique_lock<std::mutex> lk(e.mu);
+    if (e.stopping && detail::Clock::now() >= deadline)
+      throw TimeoutError("libtrain: NCCL collective did not finish within LIBTRAIN_TIMEOUT; a peer died or hung");
+    e.cv.wait_for(lk, pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(100));
   }
 }
 
@@ -407,18 +402,22 @@ NcclWork NcclCommunicator::alltoall_async(const void* in, void* out, size_t coun
     return device::alltoall(in, out, count, dtype, c, s);
   });
 }
+// PEER must be another rank of the communicator.
+static void check_peer(const char* what, int peer, int rank, int size) {
+  if (peer < 0 || peer >= size || peer == rank)
+    throw InvalidArgument(std::string("libtrain: ") + what + " rank " + std::to_string(peer) +
+                          ": not another rank of the communicator's " + std::to_string(size) + " (this is " +
+                          std::to_string(rank) + ")");
+}
+
 NcclWork NcclCommunicator::send_async(const void* in, size_t count, DataType dtype, int peer, DeviceStream caller) {
-  if (peer < 0 || peer >= size() || peer == rank())
-    throw InvalidArgument("libtrain: send to rank " + std::to_string(peer) + ": not another rank of " +
-                          std::to_string(size()));
+  check_peer("send to", peer, rank(), size());
   return impl_->launch("ncclSend", true, caller, [&](device::Comm c, device::Stream s) {
     return device::send(in, count, dtype, peer, c, s);
   });
 }
 NcclWork NcclCommunicator::recv_async(void* out, size_t count, DataType dtype, int peer, DeviceStream caller) {
-  if (peer < 0 || peer >= size() || peer == rank())
-    throw InvalidArgument("libtrain: receive from rank " + std::to_string(peer) + ": not another rank of " +
-                          std::to_string(size()));
+  check_peer("receive from", peer, rank(), size());
   return impl_->launch("ncclRecv", true, caller, [&](device::Comm c, device::Stream s) {
     return device::recv(out, count, dtype, peer, c, s);
   });
